@@ -5,5 +5,7 @@
 # %% auto #0
 __all__ = []
 
-# %% ../../nbs/29_methods.ipynb #978fdd0a
+# %% ../../nbs/29_methods.ipynb #8fe0ca9a
 from .cmp import METHODS, MethodConfig, Method, build_method, register
+from . import seda       # registers 'seda' (21_seda)
+from . import gradco     # registers 'gradco' (24_gradco; COL pieces in 23_col)
