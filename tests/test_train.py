@@ -1,0 +1,144 @@
+"""End-to-end tests of training: the papermill notebook 90_train, exact resume after a SIGKILL, two CPU processes
+(gloo) against one, and evaluation sharded over two processes against one process."""
+import json, os, subprocess, sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tpas_nb.config import RunConfig, DataConfig, OptimConfig, save_config
+
+REPO = Path(__file__).resolve().parents[1]
+WORKER = str(REPO / 'tests' / 'train_worker.py')
+ENV = dict(os.environ, OMP_NUM_THREADS='1', MPLBACKEND='Agg', PYTHONWARNINGS='ignore')
+SYNTH = dict(synth_train_pairs=16, synth_val_pairs=5, synth_test_pairs=5, synth_ucc_pairs=3, synth_image_size=48, synth_weather=False)
+
+
+@pytest.fixture(scope='module')
+def cache(tmp_path_factory):
+    "One tiny SynthPAB cache shared by the tests of this module."
+    return tmp_path_factory.mktemp('cache')
+
+
+def tiny_config(cache, out, **kw) -> RunConfig:
+    "A run of a few seconds: 32 training images, batch 8, k_test 4."
+    data = DataConfig(cache_dir=str(cache), **SYNTH)
+    base = dict(method='cmp', out_dir=str(out), data=data, epochs=2, batch_size=8, seed=0, k_test=4, eval_batch=4,
+                optim=OptimConfig(lr=1e-3, lr_min=1e-4, warmup_steps=2))
+    return RunConfig(**{**base, **kw})
+
+
+def run(*args, timeout=300, **kw):
+    "Run a command with one thread per process; return the CompletedProcess."
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, env=ENV, cwd=REPO, timeout=timeout, **kw)
+
+
+def worker(*args, nproc=1, timeout=300):
+    "tests/train_worker.py under python, or under torchrun with `nproc` CPU processes."
+    launch = [sys.executable] if nproc == 1 else [sys.executable, '-m', 'torch.distributed.run', '--standalone', f'--nproc_per_node={nproc}']
+    return run(*launch, WORKER, *args, timeout=timeout)
+
+
+def ok(r):
+    assert r.returncode == 0, f"exit {r.returncode}\nSTDOUT:\n{r.stdout[-3000:]}\nSTDERR:\n{r.stderr[-5000:]}"
+    return r
+
+
+def weights(run_dir, name='checkpoint.safetensors') -> dict:
+    return load_file(str(Path(run_dir) / name))
+
+
+def no_seconds(d):
+    "A metrics dict without its timing entries."
+    return {k: no_seconds(v) if isinstance(v, dict) else v for k, v in d.items() if k not in ('seconds',)}
+
+
+def test_papermill_smoke(cache, tmp_path):
+    "papermill runs 90_train with tiny parameters and leaves a complete run folder and a notebook with figures."
+    out, nb = tmp_path / 'run', tmp_path / 'cmp.ipynb'
+    params = dict(method='cmp', train_pairs=16, val_pairs=5, test_pairs=5, ucc_pairs=3, cache_dir=cache / 'pm', epochs=1,
+                  batch_size=8, max_steps=3, warmup_steps=1, k_test=4, out_dir=out, progress=False)
+    args = [a for k, v in params.items() for a in ('-p', k, v)]
+    ok(run(sys.executable, '-m', 'papermill', 'nbs/90_train.ipynb', nb, *args, '--no-progress-bar'))
+    names = {p.name for p in out.iterdir()}
+    assert {'config.yaml', 'checkpoint.safetensors', 'state.pt', 'best.safetensors', 'log.jsonl', 'metrics.json',
+            'loss_curves.png', 'retrieval_examples.png'} <= names, names
+    m = json.loads((out / 'metrics.json').read_text())
+    assert sorted(m['splits']) == ['test', 'ucc', 'val']
+    for split in m['splits'].values():
+        for subset in ('all', 'normal', 'anomaly', 'identity'):
+            assert set(split[subset]) == {'R1', 'R5', 'R10', 'mAP', 'mINP'}
+        assert 0 <= split['hard_pair_acc'] <= 100
+    assert m['train']['steps'] == 3 and m['selection']['split'] == 'val'
+    log = [json.loads(l) for l in (out / 'log.jsonl').read_text().splitlines()]
+    assert [r['step'] for r in log] == [1, 2, 3] and all({'loss_itc', 'loss_itm', 'loss_mlm', 'lr', 'temperature'} <= set(r) for r in log)
+    cells = json.loads(nb.read_text())['cells']
+    assert any(c.get('metadata', {}).get('tags') == ['injected-parameters'] for c in cells)
+    pngs = [o for c in cells if c['cell_type'] == 'code' for o in c.get('outputs', []) if 'image/png' in o.get('data', {})]
+    assert len(pngs) == 2, 'the loss curves and the retrieval examples are shown'
+
+
+def test_papermill_bad_method(cache, tmp_path):
+    "An unknown method name fails the notebook with the list of valid names."
+    r = run(sys.executable, '-m', 'papermill', 'nbs/90_train.ipynb', tmp_path / 'x.ipynb', '-p', 'method', 'clip',
+            '-p', 'cache_dir', cache / 'pm', '-p', 'train_pairs', 16, '-p', 'val_pairs', 5, '-p', 'test_pairs', 5,
+            '-p', 'ucc_pairs', 3, '-p', 'out_dir', tmp_path / 'run', '--no-progress-bar')
+    assert r.returncode != 0 and "valid methods" in r.stderr + r.stdout
+
+
+def test_resume_after_kill_is_exact(cache, tmp_path):
+    "CMP killed (SIGKILL) right after its epoch-1 checkpoint and resumed ends with the weights of an uninterrupted run."
+    full, part = tmp_path / 'full', tmp_path / 'part'
+    save_config(tiny_config(cache, full), tmp_path / 'full.yaml')
+    save_config(tiny_config(cache, part), tmp_path / 'part.yaml')
+    ok(worker('train', tmp_path / 'full.yaml'))
+    killed = worker('train', tmp_path / 'part.yaml', '--kill-after-epoch', 1)
+    assert killed.returncode == -9, (killed.returncode, killed.stderr[-2000:])
+    assert not (part / 'metrics.json').exists()
+    steps_before = len((part / 'log.jsonl').read_text().splitlines())
+    ok(worker('train', tmp_path / 'part.yaml'))
+    assert steps_before == 4                                   # 32 images / batch 8 = 4 steps per epoch
+    a, b = weights(full), weights(part)
+    assert sorted(a) == sorted(b)
+    diff = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not diff, f"{len(diff)} tensors differ, e.g. {diff[:5]}"
+    assert all(torch.equal(x, y) for x, y in zip(weights(full, 'best.safetensors').values(), weights(part, 'best.safetensors').values()))
+    ma, mb = (json.loads((d / 'metrics.json').read_text()) for d in (full, part))
+    assert no_seconds(ma['splits']) == no_seconds(mb['splits'])
+    strip = lambda p: [{k: v for k, v in json.loads(l).items() if k != 'samples_per_s'} for l in p.read_text().splitlines()]
+    assert strip(full / 'log.jsonl') == strip(part / 'log.jsonl')
+
+
+def test_two_processes_match_one(cache, tmp_path):
+    "Two gloo processes on global batches of 8 give the weights of one process on the same batches (4 + 4, accumulated)."
+    one, two = tmp_path / 'one', tmp_path / 'two'
+    kw = dict(method='toy', epochs=1, max_steps=4, optim=OptimConfig(lr=1e-2, lr_min=1e-3, warmup_steps=0))
+    save_config(tiny_config(cache, one, grad_accum=2, **kw), tmp_path / 'one.yaml')
+    save_config(tiny_config(cache, two, grad_accum=1, **kw), tmp_path / 'two.yaml')
+    ok(worker('train', tmp_path / 'one.yaml', '--toy'))
+    ok(worker('train', tmp_path / 'two.yaml', '--toy', nproc=2))
+    m2 = json.loads((two / 'metrics.json').read_text())
+    assert m2['train']['processes'] == 2 and json.loads((one / 'metrics.json').read_text())['train']['processes'] == 1
+    a, b = weights(one), weights(two)
+    assert sorted(a) == sorted(b)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=lambda m: f"{k}: {m}")
+    la = [json.loads(l) for l in (one / 'log.jsonl').read_text().splitlines()]
+    lb = [json.loads(l) for l in (two / 'log.jsonl').read_text().splitlines()]
+    assert [r['step'] for r in la] == [r['step'] for r in lb] == [1, 2, 3, 4]
+    for x, y in zip(la, lb): assert abs(x['loss'] - y['loss']) < 1e-5, (x, y)
+
+
+def test_sharded_evaluation_is_exact(cache, tmp_path):
+    "evaluate_run on two processes gives exactly the metrics of one process (no duplicated or dropped gallery items)."
+    out = tmp_path / 'run'
+    save_config(tiny_config(cache, out, epochs=1, max_steps=2), tmp_path / 'run.yaml')
+    ok(worker('train', tmp_path / 'run.yaml'))
+    ok(worker('eval', out, '--out', tmp_path / 'one.json'))
+    ok(worker('eval', out, '--out', tmp_path / 'two.json', nproc=2))
+    one, two = (json.loads((tmp_path / f).read_text()) for f in ('one.json', 'two.json'))
+    assert (one.pop('world_size'), two.pop('world_size')) == (1, 2)
+    for split in ('test', 'ucc', 'val'):
+        assert one[split]['n_gallery'] % 8, 'a gallery that does not split evenly into 2 processes × batches of 4'
+    assert no_seconds(one) == no_seconds(two)

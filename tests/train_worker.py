@@ -1,0 +1,48 @@
+"""Worker of tests/test_train.py: train a run from a YAML config, or evaluate a run folder, under `python` or `torchrun`.
+
+python tests/train_worker.py train CONFIG.yaml [--toy] [--kill-after-epoch N]
+python tests/train_worker.py eval RUN_DIR --out metrics.json [--toy]
+"""
+import argparse, json, os, signal
+import torch
+torch.set_num_threads(1)          # the same arithmetic in every process and every test
+import tpas_nb.train as T
+from tpas_nb.config import load_config
+from tpas_nb.data.pab import PABFolder, pab_tokenizer
+
+
+def toy(config):
+    "The trainer's stand-in method, with the same initial weights in every process."
+    tok = pab_tokenizer(PABFolder(T.resolve_data_root(config.data, progress=False)))
+    torch.manual_seed(config.seed)
+    return T.ToyMethod(len(tok))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('mode', choices=['train', 'eval'])
+    ap.add_argument('path', help='config YAML (train) or run folder (eval)')
+    ap.add_argument('--toy', action='store_true', help='use tpas_nb.train.ToyMethod instead of config.method')
+    ap.add_argument('--kill-after-epoch', type=int, default=0, help='SIGKILL this process right after that epoch is checkpointed')
+    ap.add_argument('--out', default='', help='eval: where rank 0 writes the metrics')
+    a = ap.parse_args()
+    if a.mode == 'train':
+        config = load_config(a.path)
+        if a.kill_after_epoch:
+            save_state = T.save_state
+            def save_then_die(path, state):
+                save_state(path, state)
+                if state['epoch'] >= a.kill_after_epoch and state['micro'] == 0: os.kill(os.getpid(), signal.SIGKILL)
+            T.save_state = save_then_die
+        T.train(config, progress=False, method=toy(config) if a.toy else None)
+    else:
+        from accelerate import Accelerator
+        config = load_config(os.path.join(a.path, 'config.yaml'))
+        acc = Accelerator(cpu=True) if int(os.environ.get('WORLD_SIZE', '1')) > 1 else None
+        res = T.evaluate_run(a.path, splits=('test', 'ucc', 'val'), method=toy(config) if a.toy else None, accelerator=acc)
+        if acc is None or acc.is_main_process:
+            with open(a.out, 'w') as f: json.dump(dict(res, world_size=acc.num_processes if acc else 1), f)
+
+
+if __name__ == '__main__':
+    main()
