@@ -15,7 +15,6 @@ from torch import Tensor
 
 from .retrieval import positive_mask, similarity
 from ..methods.col import anchor_directions, direction_diversity
-from ..methods.gradco import GradCO
 
 # %% auto #0
 __all__ = ['gradient_conflict', 'attraction_repulsion', 'conflict_rate', 'loss_volatility', 'gallery_margin',
@@ -137,13 +136,17 @@ def _eval(method):
     try: yield
     finally: method.train(was)
 
+def _has_experts(method) -> bool:
+    "GradCO-like: expert streams and HIA. Duck-typed, so that a GradCO class re-defined by running its notebook counts too."
+    return all(hasattr(method, a) for a in ('image_streams', 'text_streams', 'hia'))
+
 def score_function(method, batch: dict) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
     "(text representation, its differentiable map to the B×B training scores): GradCO's S_final, else cosines."
     ids, mask = batch['text_ids'], batch['text_mask']
     with torch.no_grad():
         img = method.image_tokens(batch['image'], batch.get('pose') if method.needs_pose else None)   # B×P×D_I
         txt = method.backbone.encode_text(ids, mask)                                               # B×L×D_T
-        if isinstance(method, GradCO):
+        if _has_experts(method):
             I, T = method.image_streams(img), method.text_streams(txt, mask)
             return T.feats, lambda tf: method.hia(tf, I).scores                   # anchors and intent gate follow tf
         img_feat, txt_feat = method.image_feature(img), method.text_feature(txt, mask)
@@ -154,7 +157,7 @@ def batch_diagnostics(method, batch: dict) -> dict:
     with _eval(method):
         rep, fn = score_function(method, batch)
         out = {'r_conf': conflict_rate(fn, rep, method.backbone.temperature().detach(), batch['idx'])}
-        if isinstance(method, GradCO):
+        if _has_experts(method):
             with torch.no_grad():
                 img = method.image_tokens(batch['image'], batch.get('pose') if method.needs_pose else None)
                 I = method.image_streams(img)
