@@ -18,7 +18,7 @@ __all__ = ['PRESETS', 'VisionConfig', 'TextConfig', 'BackboneConfig', 'get_prese
 class VisionConfig:
     "Swin image encoder (timm `SwinTransformer`)."
     img_size: int = 64              # input side in pixels (square images, as X-VLM at 224)
-    patch_size: int = 4             # patch embedding stride
+    patch_size: int = 8             # patch embedding stride (Swin-B: 4; tiny: 8, which halves a CPU step and learns as fast per step)
     window_size: int = 4            # attention window, in tokens
     embed_dim: int = 32             # stage-1 width; the final width is embed_dim·2^(stages-1)
     depths: tuple = (2, 2)          # blocks per stage
@@ -59,6 +59,7 @@ class BackboneConfig:
     text: TextConfig = field(default_factory=TextConfig)
     embed_dim: int = 64             # E: width of the ITC space (X-VLM: 256)
     temp: float = 0.07              # initial ITC temperature τ (learnable, clamped to [0.001, 0.5])
+    pose_hidden: int = 16           # Pose Conv width (CMP: 96; at 96 its full-resolution convolutions cost more than the rest of the tiny model on a CPU)
 
 # %% ../nbs/00_config.ipynb #2b665a25
 PRESETS: dict[str, BackboneConfig] = {
@@ -69,7 +70,7 @@ PRESETS: dict[str, BackboneConfig] = {
         text=TextConfig(vocab_size=30522, hidden_size=768, num_text_layers=6, num_cross_layers=6,
                         num_attention_heads=12, intermediate_size=3072, max_position_embeddings=512,
                         max_len=56),
-        embed_dim=256),
+        embed_dim=256, pose_hidden=96),
 }
 
 def get_preset(name: str) -> BackboneConfig:

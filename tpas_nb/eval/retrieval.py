@@ -311,6 +311,13 @@ def split_metrics(scores,                   # Q×G scores
 # %% ../../nbs/30_retrieval.ipynb #10dd651e
 _DATASET_ATTRS = ('texts', 'text_image_ids', 'text_kinds', 'image_ids', 'text_person_ids', 'image_person_ids')
 
+def _given(emb, n: int, name: str, what: str, device) -> dict:
+    "A precomputed embedding as dict(feat, tokens, mask) on `device`, checked to hold `n` items."
+    out = {k: _field(emb, k) for k in ('feat', 'tokens', 'mask')}
+    sizes = {k: len(v) for k, v in out.items()}
+    if set(sizes.values()) != {n}: raise ValueError(f"{name} holds {sizes} items but the dataset has {n} {what}; was it computed on another split?")
+    return {k: v.to(device) for k, v in out.items()}
+
 def evaluate(method,                  # a Method (the interface of `20_cmp`), on `device`
              dataset,                 # PABTestDataset: gallery items and texts, text_image_ids, text_kinds, image_ids, *_person_ids
              tokenizer,               # BERT WordPiece tokenizer
@@ -322,6 +329,8 @@ def evaluate(method,                  # a Method (the interface of `20_cmp`), on
              itm_batch:int=512,       # pairs per itm_scores call
              progress:bool=True,      # progress bars
              accelerator=None,        # HF Accelerator for sharded evaluation
+             img_emb=None,            # precomputed gallery: dict(feat G×E, tokens G×P×D_I, mask G×P) (embed_gallery); None: embedded here
+             txt_emb=None,            # precomputed queries: dict(feat Q×E, tokens Q×L×D_T, mask Q×L) (embed_queries); None: embedded here
             ) -> dict:                # see the table above; plain floats
     "Retrieval metrics of a test split: whole, Normal, Anomaly, identity search, hard pairs, and similarity-only."
     missing = [a for a in _DATASET_ATTRS if not hasattr(dataset, a)]
@@ -330,8 +339,10 @@ def evaluate(method,                  # a Method (the interface of `20_cmp`), on
     if score_fusion not in FUSIONS: raise ValueError(f"unknown score_fusion {score_fusion!r}; valid: {FUSIONS}")
     t0 = time.time()
     if accelerator is not None: device = accelerator.device
-    img = embed_gallery(method, dataset, batch_size, device, progress, accelerator)
-    txt = embed_queries(method, dataset.texts, tokenizer, max_len, batch_size, device, progress, accelerator)
+    img = embed_gallery(method, dataset, batch_size, device, progress, accelerator) if img_emb is None \
+          else _given(img_emb, len(dataset.image_ids), 'img_emb', 'gallery images', device)
+    txt = embed_queries(method, dataset.texts, tokenizer, max_len, batch_size, device, progress, accelerator) if txt_emb is None \
+          else _given(txt_emb, len(dataset.texts), 'txt_emb', 'queries', device)
     scores = rank(_unwrap(method, accelerator), txt, img, k_test, score_fusion, itm_batch, progress, accelerator)   # Q×G
     ids = (dataset.text_image_ids, dataset.image_ids, dataset.text_kinds, dataset.text_person_ids, dataset.image_person_ids)
     out = split_metrics(scores, *ids)

@@ -110,10 +110,13 @@ class Method(nn.Module):
         self.cfg, self.tokens = cfg.check(), tokens
         if cfg.embed_dim: backbone_cfg = dataclasses.replace(backbone_cfg, embed_dim=cfg.embed_dim)
         self.backbone = Backbone(backbone_cfg, tokens.vocab_size, cfg.global_pool)
-        self.pose_branch = PoseBranch(self.backbone.vision_width, cfg.pose_heads) if cfg.pose else None
+        self.pose_branch = PoseBranch(self.backbone.vision_width, cfg.pose_heads, backbone_cfg.pose_hidden) if cfg.pose else None
 
     @property
     def needs_pose(self) -> bool: return self.pose_branch is not None
+
+    @property
+    def needs_counterparts(self) -> bool: return self.cfg.ihnm          # the loader skips the counterpart images otherwise
 
     # -- hooks a method may override ---------------------------------------------------------------
     def image_tokens(self, image: Tensor, pose: Tensor | None = None) -> Tensor:
@@ -210,8 +213,8 @@ def register(name: str, cls: type, cfg_cls: type = MethodConfig, **defaults):
 register('xvlm', Method, MethodConfig)
 register('cmp', Method, MethodConfig, pose=True, ihnm=True)
 
-def build_method(name: str, preset: str = 'tiny', tokenizer=None, vocab_size: int | None = None, **switches) -> Method:
-    "Build a registered method on a backbone preset; `switches` override the method's config."
+def build_method(name: str, preset: str | BackboneConfig = 'tiny', tokenizer=None, vocab_size: int | None = None, **switches) -> Method:
+    "Build a registered method on a backbone preset (a name, or a `BackboneConfig` such as a run's `backbone.yaml`); `switches` override the method's config."
     if name not in METHODS: raise ValueError(f"unknown method {name!r}; valid methods: {sorted(METHODS)}")
     cls, cfg_cls, defaults = METHODS[name]
     valid = [f.name for f in fields(cfg_cls)]
@@ -221,4 +224,4 @@ def build_method(name: str, preset: str = 'tiny', tokenizer=None, vocab_size: in
     elif vocab_size: tokens = TokenIds(vocab_size)
     else: raise ValueError("build_method needs the tokenizer (or vocab_size for a SynthPAB-layout vocabulary)")
     cfg = cfg_cls(**{**defaults, **switches})
-    return cls(get_preset(preset), tokens, cfg)
+    return cls(get_preset(preset) if isinstance(preset, str) else preset, tokens, cfg)

@@ -1,0 +1,48 @@
+"""The `tpas_grid` console script: a dry run lists every run of a grid as missing and writes nothing; a bad
+`--set` key fails before anything runs, naming the valid keys; `--status` reports a finished run."""
+import json, os, subprocess, sys
+from pathlib import Path
+
+from tpas_nb.grid import GRIDS, arm_slug
+
+ENV = dict(os.environ, OMP_NUM_THREADS='1', MPLBACKEND='Agg', PYTHONWARNINGS='ignore')
+
+
+def tpas_grid(*args, timeout=300):
+    "Run the installed console script; return the CompletedProcess."
+    return subprocess.run(['tpas_grid', *map(str, args)], capture_output=True, text=True, env=ENV, timeout=timeout)
+
+
+def test_dry_run_lists_every_run_as_missing(tmp_path):
+    root = tmp_path / 'grid'
+    r = tpas_grid('cmp', '--dry-run', '--root', root)
+    assert r.returncode == 0, r.stderr
+    assert 'cmp: 12 of 12 runs not done' in r.stdout, r.stdout
+    for arm in GRIDS['cmp']:
+        for seed in (0, 1, 2):
+            assert f'{arm}/seed{seed} (missing)' in r.stdout
+            assert str(root / 'cmp' / arm_slug(arm) / f'seed{seed}') in r.stdout
+    assert r.stdout.count('would train') == 12
+    assert not root.exists()
+
+
+def test_set_rejects_unknown_key(tmp_path):
+    r = tpas_grid('cmp', '--dry-run', '--root', tmp_path / 'grid', '--set', 'optim.lrr=1e-3')
+    assert r.returncode == 2
+    assert "unknown key(s) ['lrr']" in r.stderr and "valid keys: ['betas', 'grad_clip', 'lr'" in r.stderr, r.stderr
+    r = tpas_grid('cmp', '--dry-run', '--root', tmp_path / 'grid', '--set', 'seed=3')
+    assert r.returncode == 2 and 'set by the grid' in r.stderr, r.stderr
+    assert not (tmp_path / 'grid').exists()
+
+
+def test_status_reads_the_folders(tmp_path):
+    root = tmp_path / 'grid'
+    done = root / 'cmp' / 'pe' / 'seed1'; done.mkdir(parents=True)
+    (done / 'metrics.json').write_text(json.dumps({'train': {'steps': 7, 'wall_s': 12.5}}))
+    failed = root / 'cmp' / 'cmp' / 'seed0'; failed.mkdir(parents=True)
+    (failed / 'error.txt').write_text('Traceback (most recent call last):\nRuntimeError: boom\n')
+    r = tpas_grid('cmp', '--status', '--root', root, '--set', 'epochs=3')
+    assert r.returncode == 0, r.stderr
+    lines = {tuple(l.split()[:3]) for l in r.stdout.splitlines()}
+    assert ('+PE', '1', 'done') in lines and ('CMP', '0', 'failed') in lines and ('+PE', '0', 'missing') in lines, r.stdout
+    assert 'RuntimeError: boom' in r.stdout
