@@ -13,10 +13,10 @@ from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from .config import RunConfig, get_preset, load_config
+from .config import RunConfig, load_config
 from .data.pab import PABError, PABFolder, PairTransform, make_tokenizer, pab_tokenizer
 from .eval.retrieval import embed_gallery, embed_queries, rank, similarity, _eval_mode, _itm_chunk
-from .train import atomic_write, build_run_method, load_weights, synth_cache_dir
+from .train import atomic_write, build_run_method, load_weights, run_backbone, synth_cache_dir
 
 # %% auto #0
 __all__ = ['WEIGHT_FILES', 'IMAGE_EXTS', 'CACHE_DIR', 'POSE_DIR', 'CACHE_VERSION', 'SearchError', 'run_weights', 'run_key',
@@ -189,7 +189,7 @@ class Searcher:
         if str(device).startswith('cuda') and not torch.cuda.is_available(): raise SearchError(f"device {device!r}: no CUDA device here")
         self.run_dir, self.device, self.batch_size, self.progress = Path(run_dir), torch.device(device), batch_size, progress
         self.config, self.tokenizer, self.method, self.weights = load_run(self.run_dir, self.device)
-        self.key, self.max_len = run_key(self.run_dir), get_preset(self.config.preset).text.max_len
+        self.key, self.max_len = run_key(self.run_dir), run_backbone(self.config, self.run_dir).text.max_len
         self.folder = self.pose_dir = self.gallery = self.cache_file = None
         self.paths, self.n_embedded = [], 0
 

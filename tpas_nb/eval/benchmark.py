@@ -9,11 +9,11 @@ from pathlib import Path
 
 import torch
 
-from ..config import get_preset, load_config, progress as show_progress
+from ..config import load_config, progress as show_progress
 from ..data.pab import PABFolder, PABTestDataset, pab_tokenizer
 from ..data.weather import WEATHERS
 from .retrieval import embed_gallery, embed_queries, evaluate
-from ..train import atomic_write, build_run_method, load_weights, resolve_data_root
+from ..train import atomic_write, build_run_method, load_weights, resolve_data_root, run_backbone
 
 # %% auto #0
 __all__ = ['METRICS', 'WEATHER_LABELS', 'WEIGHTS', 'PROTOCOL_NAMES', 'weather_split', 'ranking_name', 'k_list', 'weather_mean',
@@ -173,7 +173,7 @@ def benchmark_run(run_dir,                 # a run folder of tpas_nb.train (conf
     method = method if method is not None else build_run_method(config, tok, run_dir)   # the run's backbone.yaml, else its preset
     load_weights(method, wpath)
     method.to(device).eval()
-    digest, max_len, B = file_digest(wpath), get_preset(config.preset).text.max_len, config.eval_batch
+    digest, max_len, B = file_digest(wpath), run_backbone(config, run_dir).text.max_len, config.eval_batch
     base_key = dict(weights_sha256=digest, batch_size=B, device=torch.device(device).type)
     rankings = ['itc'] + [ranking_name(k) for k in ks if k]
     queries = {}                                                   # texts digest -> (embedding, cached)
