@@ -15,7 +15,7 @@ from torch.utils.data import Dataset
 
 from .config import RunConfig, load_config
 from .data.pab import PABError, PABFolder, PairTransform, make_tokenizer, pab_tokenizer
-from .eval.retrieval import embed_gallery, embed_queries, rank, similarity, _eval_mode, _itm_chunk
+from .eval.retrieval import embed_gallery, embed_queries, rank, similarity
 from .train import atomic_write, build_run_method, load_weights, run_backbone, synth_cache_dir
 
 # %% auto #0
@@ -253,18 +253,13 @@ def _search(self: Searcher,
     m = self.method
     img = {k: v.to(self.device) for k, v in self.gallery.items()}                         # feat G×E, tokens G×P×D_I, mask G×P
     txt = embed_queries(m, qs, self.tokenizer, self.max_len, self.batch_size, self.device)  # feat Q×E, tokens Q×L×D_T, mask Q×L
-    scores = rank(m, txt, img, k_test)                                                     # Q×G final scores
+    scores, idx, itm_k = rank(m, txt, img, k_test, return_itm=True)                       # Q×G final, Q×k' ids and ITM logits
     itc = similarity(txt, img)                                                             # Q×G, s_qg
     Q, G = itc.shape
     k, n_itm = min(topk, G), min(topk, k_test, G)          # ranks 1..min(k_test, G) are the ITM-re-ranked ones (fuse_scores)
     top = scores.topk(k, dim=1).indices                                                    # Q×k
-    itm = torch.zeros(Q, n_itm, device=itc.device)                                          # Q×k'
-    if n_itm:
-        with _eval_mode(m):
-            per = max(1, 512 // n_itm)
-            for s in range(0, Q, per):
-                r = slice(s, min(s + per, Q))
-                itm[r] = _itm_chunk(m, txt, img, r, top[r, :n_itm])
+    itm_full = itc.new_full((Q, G), float('nan')).scatter_(1, idx, itm_k)                   # Q×G, the ITM logit where one was computed
+    itm = itm_full.gather(1, top[:, :n_itm])                                               # Q×k', the shown pairs' logits (not recomputed)
     rows = [dict(query_index=q, query=qs[q], rank=r + 1, path=self.paths[g],
                  score=float(itm[q, r]) if r < n_itm else float(itc[q, g]), itc_score=float(itc[q, g]),
                  stage='itm' if r < n_itm else 'itc')

@@ -158,12 +158,13 @@ def rank(method,                  # a Method: itm_scores(txt_tokens N×L×D_T, t
          itm_batch:int=512,       # pairs per itm_scores call (a chunk of max(1, itm_batch // k) queries)
          progress:bool=False,     # show a progress bar over the chunks
          accelerator=None,        # HF Accelerator: each process re-ranks a block of queries, then a sum all-reduce
-        ) -> Tensor:              # Q×G final scores
+         return_itm:bool=False,   # also return (topk_idx Q×k, raw ITM logits Q×k), e.g. to show the scores
+        ) -> Tensor:              # Q×G final scores (or (scores, topk_idx, itm) with return_itm)
     "ITC similarity for all pairs, then each query's top k re-scored by ITM in batches across queries."
     _check_k(k_test)
     if score_fusion not in FUSIONS: raise ValueError(f"unknown score_fusion {score_fusion!r}; valid: {FUSIONS}")
     sim = similarity(txt_emb, img_emb)                                                 # Q×G
-    if k_test == 0: return sim
+    if k_test == 0: return (sim, sim.new_zeros(sim.shape[0], 0, dtype=torch.long), sim.new_zeros(sim.shape[0], 0)) if return_itm else sim
     Q, G = sim.shape
     topk_idx = sim.topk(min(k_test, G), dim=1).indices                                 # Q×k
     k = topk_idx.shape[1]
@@ -175,7 +176,8 @@ def rank(method,                  # a Method: itm_scores(txt_tokens N×L×D_T, t
             r = slice(s, min(s + per_call, rows.stop))
             itm[r] = _itm_chunk(method, txt_emb, img_emb, r, topk_idx[r])
     if accelerator is not None and accelerator.num_processes > 1: itm = accelerator.reduce(itm, reduction='sum')
-    return fuse_scores(sim, topk_idx, itm, score_fusion)
+    fused = fuse_scores(sim, topk_idx, itm, score_fusion)
+    return (fused, topk_idx, itm) if return_itm else fused
 
 def rank_naive(method, txt_emb, img_emb, k_test:int=128, score_fusion:str='itm') -> Tensor:
     "Reference for `rank`: one query at a time, k pairs per itm_scores call (as the official code). Q×G."
