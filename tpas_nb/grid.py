@@ -18,9 +18,10 @@ from .methods.qcalign import QCT_ARMS
 from .methods.gradco import GRADCO_ARMS
 
 # %% auto #0
-__all__ = ['GRIDS', 'GRID_BUDGET', 'GRID_FIELDS', 'RUN_STATES', 'METRICS', 'arm_slug', 'arm_from_slug', 'run_dir', 'run_state',
-           'merge', 'grid_arms', 'grid_config', 'same_config', 'grid_status', 'find_same_run', 'run_grid',
-           'flatten_metrics', 'collect', 'summarise', 'parse_sets', 'grid_cli']
+__all__ = ['GRIDS', 'GRID_BUDGET', 'GRID_FIELDS', 'RUN_STATES', 'DIAGNOSE_GRIDS', 'METRICS', 'DIAGNOSTICS', 'arm_slug',
+           'arm_from_slug', 'run_dir', 'run_state', 'merge', 'grid_arms', 'grid_config', 'same_config', 'grid_status',
+           'find_same_run', 'diagnose_grid', 'run_grid', 'flatten_metrics', 'collect', 'summarise', 'paired_delta',
+           'parse_sets', 'grid_cli']
 
 # %% ../nbs/41_grid.ipynb #0ef3bcd0
 GRIDS: dict[str, dict[str, tuple[str, dict]]] = {   # grid -> arm label (as the paper prints it) -> (method, switches)
@@ -148,6 +149,27 @@ def _reuse(src: Path, config: RunConfig, info: dict):
     _write_json(out / 'grid.json', {**info, 'reused_from': str(src)})
     _write_json(out / 'metrics.json', json.loads((src / 'metrics.json').read_text()))
 
+DIAGNOSE_GRIDS = ('gradco',)   # grids whose finished runs also get diagnostics.json (31_diagnostics, GradCO Table 7)
+
+def _diagnose(out: Path) -> bool:
+    "diagnose_run on a finished run; a failure is written to diagnostics_error.txt, never raised (the run itself is fine)."
+    from tpas_nb.eval.diagnostics import diagnose_run
+    (out / 'diagnostics_error.txt').unlink(missing_ok=True)
+    try: diagnose_run(out); return True
+    except Exception: (out / 'diagnostics_error.txt').write_text(traceback.format_exc()); return False
+
+def diagnose_grid(grid: str, root='runs/grid', seeds=None, arms=None, redo: bool = False) -> pd.DataFrame:
+    "diagnostics.json for every finished run of `grid` that lacks one (all of them with redo)."
+    st = grid_status(root, grid, seeds, arms)
+    rows = []
+    for arm, seed, state, folder in zip(st.arm, st.seed, st.state, st.run_dir):
+        f = Path(folder)
+        if state != 'done' or ((f / 'diagnostics.json').exists() and not redo): continue
+        t0 = time.time(); ok = _diagnose(f)
+        rows.append(dict(arm=arm, seed=seed, ok=ok, seconds=round(time.time() - t0, 1)))
+        print(f"{grid} / {arm} / seed {seed}: diagnostics {'written' if ok else 'failed (diagnostics_error.txt)'} in {time.time() - t0:.0f} s", flush=True)
+    return pd.DataFrame(rows, columns=['arm', 'seed', 'ok', 'seconds'])
+
 def run_grid(grid: str,                          # a key of GRIDS
              seeds=(0, 1, 2),                    # seeds, in the order they are run
              root='runs/grid',                   # the grid's runs go to <root>/<grid>/<arm slug>/seed<k>/
@@ -182,6 +204,7 @@ def run_grid(grid: str,                          # a key of GRIDS
                 except Exception:
                     (out / 'error.txt').write_text(traceback.format_exc()); action = 'failed'
         after = run_state(out)
+        if grid in DIAGNOSE_GRIDS and after == 'done' and action in ('trained', 'resumed', 'reused'): _diagnose(out)
         rows.append(dict(grid=grid, arm=arm, seed=seed, before=before, action=action, after=after,
                          seconds=round(time.time() - t0, 1), run_dir=str(out)))
         if action not in ('skipped',) and not dry_run:
@@ -206,6 +229,18 @@ METRICS: dict[str, tuple] = {   # collect() column -> path in metrics.json
     'train_wall_s': ('train', 'wall_s'), 'steps': ('train', 'steps'), 'samples_per_s': ('train', 'samples_per_s'),
     'trainable_params': ('parameters', 'trainable'),
 }
+
+DIAGNOSTICS: dict[str, tuple[str, float]] = {   # collect() column -> (key of diagnostics.json, scale)
+    'diag_r_conf': ('r_conf', 100.0),          # percent, as GradCO's Table 7 prints it
+    'diag_r_conf_random': ('r_conf_random', 100.0),
+    'diag_V_L': ('V_L', 1.0), 'diag_margin': ('margin', 1.0), 'diag_mu_delta': ('mu_delta', 1.0),
+    'diag_pos_distance': ('pos_distance', 1.0), 'diag_uniformity_text': ('uniformity_text', 1.0),
+}
+
+def _diag_columns(folder: Path) -> dict:
+    "The DIAGNOSTICS columns of a run folder (NaN where diagnostics.json or a key is missing)."
+    d = json.loads((folder / 'diagnostics.json').read_text()) if (folder / 'diagnostics.json').exists() else {}
+    return {c: d[k] * s if d.get(k) is not None else np.nan for c, (k, s) in DIAGNOSTICS.items()}
 
 def _get(d: dict, path: tuple):
     for k in path:
@@ -238,9 +273,9 @@ def collect(root='runs/grid', grids=None) -> pd.DataFrame:
         m = json.loads(mf.read_text())
         rows.append(dict(grid=grid, arm=info.get('arm') or arm_from_slug(grid, f.parent.name), seed=int(f.name[4:]),
                          method=m['method'], method_args=m.get('method_args', {}), data='SynthPAB' if m.get('synthetic') else 'PAB',
-                         **flatten_metrics(m), run_dir=str(f), reused_from=info.get('reused_from', '')))
+                         **flatten_metrics(m), **_diag_columns(f), run_dir=str(f), reused_from=info.get('reused_from', '')))
     cols = ['grid', 'arm', 'seed', 'method', 'method_args', 'data', *METRICS, 'test_Ravg', 'ucc_Ravg', 'params_M', 'train_s_per_step',
-            'run_dir', 'reused_from']
+            *DIAGNOSTICS, 'run_dir', 'reused_from']
     return _order(pd.DataFrame(rows, columns=cols)) if rows else pd.DataFrame(columns=cols)
 
 # %% ../nbs/41_grid.ipynb #688f3e5e
@@ -264,6 +299,30 @@ def summarise(df: pd.DataFrame,                        # rows of collect()
     res = pd.DataFrame.from_dict(out, orient='index', columns=metrics)
     if len(res): res.index = pd.MultiIndex.from_tuples(res.index, names=['grid', 'arm'])
     return res.droplevel('grid') if not keep_grid and len(res) and res.index.get_level_values('grid').nunique() == 1 else res
+
+# %% ../nbs/41_grid.ipynb #162037e1
+def paired_delta(df: pd.DataFrame,       # rows of collect() (one grid)
+                 base: str,              # the arm compared against
+                 metric: str = 'test_R1',
+                 grid: str | None = None,  # the grid (default: the only one in df)
+                ) -> pd.DataFrame:       # index arm: n, base mean, arm mean, mean Δ, std Δ, wins, beyond 2 SE
+    "Each arm minus `base` on `metric`, paired by seed: mean and std of the differences, seeds won, |mean Δ| > 2 SE."
+    grids = df.grid.unique() if grid is None else [grid]
+    if len(grids) != 1: raise ValueError(f"paired_delta compares arms within one grid; got {list(grids)}")
+    d = df[df.grid == grids[0]]
+    if base not in set(d.arm): raise ValueError(f"no runs of base arm {base!r} in grid {grids[0]!r}; arms: {list(dict.fromkeys(d.arm))}")
+    wide = d.pivot(index='seed', columns='arm', values=metric).astype(float)     # NaN where a run lacks the metric
+    rows = {}
+    for arm in dict.fromkeys(_order(d).arm):
+        if arm == base: continue
+        pair = wide[[base, arm]].dropna()
+        diff = pair[arm] - pair[base]
+        n = len(diff)
+        sd = float(diff.std(ddof=1)) if n > 1 else np.nan
+        rows[arm] = dict(n=n, base=pair[base].mean(), arm=pair[arm].mean(), mean_delta=diff.mean(), std_delta=sd,
+                         wins=f"{int((diff > 0).sum())}/{n}", beyond_2se=bool(n > 1 and abs(diff.mean()) > 2 * sd / np.sqrt(n)))
+    return pd.DataFrame.from_dict(rows, orient='index', columns=['n', 'base', 'arm', 'mean_delta', 'std_delta', 'wins', 'beyond_2se'])
+
 
 # %% ../nbs/41_grid.ipynb #9959d513
 def parse_sets(items: list[str]) -> dict:
@@ -291,6 +350,7 @@ def grid_cli(argv=None):
     ap.add_argument('--arms', nargs='+', default=None, help='arm labels or slugs (default: all)')
     ap.add_argument('--dry-run', action='store_true', help='show what would run')
     ap.add_argument('--status', action='store_true', help='show the state of every run and exit')
+    ap.add_argument('--diagnose', action='store_true', help='write diagnostics.json for finished runs that lack one, and exit')
     ap.add_argument('--no-reuse', action='store_true', help='train even when an identical run exists under ROOT')
     ap.add_argument('--set', action='append', default=[], metavar='KEY=VALUE', help='override GRID_BUDGET, e.g. epochs=4, optim.lr=1e-3')
     a = ap.parse_args(argv)
@@ -302,6 +362,7 @@ def grid_cli(argv=None):
     with pd.option_context('display.width', 200, 'display.max_rows', 500, 'display.max_colwidth', 60):
         if a.status:
             print(grid_status(a.root, a.grid, arms=arms).drop(columns='run_dir').to_string(index=False)); return
+        if a.diagnose: diagnose_grid(a.grid, a.root, a.seeds, arms); return
         df = run_grid(a.grid, seeds=a.seeds, root=a.root, arms=arms, dry_run=a.dry_run, overrides=overrides,
                       progress=sys.stderr.isatty(), reuse=not a.no_reuse)
         if a.dry_run: print(df[['arm', 'seed', 'before', 'action', 'run_dir']].to_string(index=False))

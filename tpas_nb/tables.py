@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 
 import tpas_nb
-from .grid import GRIDS, METRICS, collect, summarise
+from .grid import GRIDS, METRICS, collect, summarise, paired_delta
 
 # %% auto #0
-__all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'paper_tables', 'table', 'metric_label', 'resolve_runs_root', 'beside',
-           'show_tables']
+__all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'PAIRED_METRICS', 'paper_tables', 'table', 'metric_label', 'resolve_runs_root',
+           'beside', 'show_tables', 'paired']
 
 # %% ../nbs/95_tables.ipynb #813401c8
 CSV_PATH = Path(tpas_nb.__file__).parent / 'paper_tables.csv'   # package data (MANIFEST.in)
@@ -74,7 +74,8 @@ MEASURES: dict[tuple[str, str], str] = {   # (paper, table) -> what the grid mea
     ('GradCO', 'Table 5'): "Grid 'gradco': trainable parameters (tiny preset), training seconds per step (the grid's batch and device), "
                            "R-Avg = mean(R@1, R@5, R@10) on test and ucc.",
     ('GradCO', 'Table 6'): "Grid 'gradco', split test, the normal and anomaly query subsets of metrics.json.",
-    ('GradCO', 'Table 7'): "Not by the grid: 31_diagnostics computes these four quantities for the 'gradco' arms full, D#7 and D#8.",
+    ('GradCO', 'Table 7'): "Grid 'gradco' (full, D#7 = γ 0, D#8 = no anchors): `diagnose_run` (31_diagnostics) after each run; r_conf "
+                           "on counterpart batches of the training split, V_L over the last 100 logged steps, m on test.",
     ('GradCO', 'Figs. 3-4 (text)'): "Grid 'gradco' (one arm per row), R-Avg on test and ucc (Multi-Weather-Avg: 91_benchmark).",
 }
 
@@ -83,7 +84,8 @@ MEASURED = 'measured here ({data}, mean ± std over n seeds)'
 
 def metric_label(metric: str) -> str:
     "A short header for a collect() column: 'test_normal_R1' -> 'normal R@1', 'ucc_mAP' -> 'UCC mAP'."
-    special = {'params_M': 'params (M)', 'train_s_per_step': 'train s / step', 'train_wall_s': 'train s', 'steps': 'steps'}
+    special = {'params_M': 'params (M)', 'train_s_per_step': 'train s / step', 'train_wall_s': 'train s', 'steps': 'steps',
+               'diag_r_conf': 'r_conf (%)', 'diag_V_L': 'V_L', 'diag_margin': 'm', 'diag_mu_delta': 'μ_Δ'}
     if metric in special: return special[metric]
     split, *rest = metric.split('_')
     names = {'R1': 'R@1', 'R5': 'R@5', 'R10': 'R@10', 'Ravg': 'R-Avg'}
@@ -141,3 +143,25 @@ def show_tables(paper: str, measured: pd.DataFrame | None = None):
                  for row, note in zip(c.row, c.note) if note for n in note.split(' | ')]
         notes = list(dict.fromkeys(notes))
         display(Markdown(f"*Measured here:* {MEASURES[(paper, name)]}" + (f"  \n*Notes on the copy:* {' · '.join(notes)}" if notes else '')))
+
+# %% ../nbs/95_tables.ipynb #aeb12a15
+PAIRED_METRICS = ('test_R1', 'test_mAP', 'test_anomaly_R1', 'test_hard_pair_acc', 'test_itc_R1')
+
+def paired(measured: pd.DataFrame,           # collect() rows
+           grid: str, base: str,             # the grid and its base arm
+           metrics=PAIRED_METRICS,
+           decimals: int = 2,
+          ) -> pd.DataFrame:                 # index arm; per metric 'Δ ± sd (wins k/n)' with '*' beyond 2 SE
+    "Every arm of `grid` minus `base`, paired by seed, for each metric (SynthPAB and PAB runs kept apart)."
+    d = measured[measured.grid == grid]
+    if d.data.nunique() > 1: raise ValueError(f"{grid}: runs on {sorted(d.data.unique())}; pass one kind of data")
+    cols = {}
+    for m in metrics:
+        pdl = paired_delta(d, base, m)
+        cols[metric_label(m)] = {a: (f"{r.mean_delta:+.{decimals}f}" + (f" ± {r.std_delta:.{decimals}f}" if r.n > 1 else '') +
+                                     f" ({r.wins}){' *' if r.beyond_2se else ''}") if r.n else '' for a, r in pdl.iterrows()}
+    out = pd.DataFrame(cols)
+    out.insert(0, 'seeds', paired_delta(d, base, metrics[0]).n)
+    out.index.name = f'minus {base}'
+    return out
+

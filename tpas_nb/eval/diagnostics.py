@@ -19,7 +19,8 @@ from ..methods.col import anchor_directions, direction_diversity
 # %% auto #0
 __all__ = ['gradient_conflict', 'attraction_repulsion', 'conflict_rate', 'loss_volatility', 'gallery_margin',
            'anchor_direction_similarity', 'anchor_stats', 'positive_pair_distance', 'uniformity', 'score_function',
-           'batch_diagnostics', 'embedding_diagnostics', 'write_diagnostics', 'run_diagnostics']
+           'batch_diagnostics', 'embedding_diagnostics', 'write_diagnostics', 'run_diagnostics', 'counterpart_batches',
+           'diagnose_run']
 
 # %% ../../nbs/31_diagnostics.ipynb #dcae7166
 def gradient_conflict(grad_pos: Tensor, # B×F attraction gradients g⁺
@@ -208,3 +209,62 @@ def run_diagnostics(run_dir,                 # a run folder with log.jsonl
         out.update(embedding_diagnostics(txt, img, test_dataset.text_image_ids, test_dataset.image_ids))
     write_diagnostics(run_dir, out)
     return out
+
+# %% ../../nbs/31_diagnostics.ipynb #a0f727b3
+def _weights_dir(run_dir: Path) -> Path:
+    "The folder that holds a run's weights: the run itself, or the run it was reused from (grid.json)."
+    if (run_dir / 'best.safetensors').exists(): return run_dir
+    info = json.loads((run_dir / 'grid.json').read_text()) if (run_dir / 'grid.json').exists() else {}
+    src = Path(info.get('reused_from') or '')
+    if info.get('reused_from') and (src / 'best.safetensors').exists(): return src
+    raise FileNotFoundError(f"{run_dir}: no weights (best.safetensors), and it is not a reuse of a run that has them")
+
+def counterpart_batches(dataset,             # PABTrainDataset (its records carry hard_i_id)
+                        n_batches: int = 8,  # batches
+                        persons: int = 8,    # people per batch; each brings both records (2·persons items)
+                        seed: int = 0,
+                       ) -> list[list[int]]: # record indices per batch
+    "Batches made of people with both their records, so every text's hardest negative can be its same-person counterpart."
+    first = {}
+    for i, idx in enumerate(dataset.idx): first.setdefault(idx, i)
+    pairs = sorted({tuple(sorted((i, first[h]))) for i, h in enumerate(dataset.hard_idx) if h in first and first[h] != i})
+    if len(pairs) < persons:
+        raise ValueError(f"counterpart_batches: {len(pairs)} people with both records in the training split, need {persons}")
+    g = torch.Generator().manual_seed(seed)
+    return [[i for p in torch.randperm(len(pairs), generator=g)[:persons].tolist() for i in pairs[p]] for _ in range(n_batches)]
+
+def diagnose_run(run_dir,               # a run folder (train, or a grid run reused from another folder)
+                 n_batches: int = 8,    # r_conf, μ_Δ, gates: mean over this many counterpart batches
+                 persons: int = 8,      # people per batch (2·persons texts)
+                 split: str = 'test',   # the split of m, d̄₊ and uniformity
+                 window: int = 100,     # V_L window (logged steps)
+                 seed: int = 0,
+                ) -> dict:              # the diagnostics, also merged into run_dir/diagnostics.json
+    "Table 7 for a finished run: batch diagnostics averaged over counterpart batches, V_L from its log, m on `split`."
+    from tpas_nb.config import load_config
+    from tpas_nb.data.pab import PABFolder, PABTrainDataset, PABTestDataset, TrainCollate, pab_tokenizer
+    from tpas_nb.train import build_run_method, load_weights, resolve_data_root, _max_len
+    from tpas_nb.eval.retrieval import embed_gallery, embed_queries
+    run_dir = Path(run_dir)
+    src = _weights_dir(run_dir)
+    config = load_config(src / 'config.yaml')
+    folder = PABFolder(resolve_data_root(config.data, progress=False))
+    tok = pab_tokenizer(folder, config.data.vocab or None)
+    method = build_run_method(config, tok, src)
+    load_weights(method, src / 'best.safetensors')
+    size, max_len = method.backbone.img_size, _max_len(config)
+    train_ds = PABTrainDataset(folder, img_size=size, pose=method.needs_pose, counterparts=False, hflip=0.0, check=False)
+    collate = TrainCollate(tok, max_len)
+    per_batch = [batch_diagnostics(method, collate([train_ds[i] for i in b]))
+                 for b in counterpart_batches(train_ds, n_batches, persons, seed)]
+    out = {k: float(np.mean([d[k] for d in per_batch])) for k in per_batch[0]}
+    g = torch.Generator().manual_seed(seed)                                   # the same number of random batches: any negatives
+    rand = [torch.randperm(len(train_ds), generator=g)[:2 * persons].tolist() for _ in range(n_batches)]
+    out['r_conf_random'] = float(np.mean([batch_diagnostics(method, collate([train_ds[i] for i in b]))['r_conf'] for b in rand]))
+    out.update(V_L=loss_volatility(src, 'loss', window), V_L_window=window, diag_batches=n_batches, diag_persons=persons)
+    test_ds = PABTestDataset(folder, split, img_size=size, pose=method.needs_pose, check=False)
+    out.update(embedding_diagnostics(embed_queries(method, test_ds.texts, tok, max_len), embed_gallery(method, test_ds, progress=False),
+                                     test_ds.text_image_ids, test_ds.image_ids))
+    write_diagnostics(run_dir, out)
+    return out
+
