@@ -467,9 +467,20 @@ def screenshot(page, png, width=1280, height=1400, budget_ms=15000, timeout=180)
         tops = json.loads(html.unescape(m[1])) if m else {}
         if frag not in tops: raise ValueError(f'{page} has no heading #{frag} (has: {", ".join(tops)})')
         top = max(tops[frag] - 16, 0)
+    target, tmp = Path(page), None
+    if top + height > 16000:                    # beyond what one Chromium shot reaches: hide what comes before the heading
+        tmp = target.with_name(f'.shot_{target.name}')
+        hide = ("<script>addEventListener('DOMContentLoaded', () => { let n = document.getElementById(%s);"
+                " while (n && n !== document.body) { for (let s = n.previousElementSibling; s; s = s.previousElementSibling)"
+                " if (!s.matches('nav, header, .sidebar, .toc')) s.style.display = 'none'; n = n.parentElement; } });</script>" % json.dumps(frag))
+        tmp.write_text(target.read_text().replace('</head>', hide + '</head>', 1))
+        target, top = tmp, 0
     shot_h = min(top + height, 16000)
-    r = subprocess.run(_chromium_args([f'--window-size={width},{shot_h}', f'--screenshot={png}', Path(page).resolve().as_uri()],
-                                      budget_ms), capture_output=True, text=True, timeout=timeout)
+    try:
+        r = subprocess.run(_chromium_args([f'--window-size={width},{shot_h}', f'--screenshot={png}', target.resolve().as_uri()],
+                                          budget_ms), capture_output=True, text=True, timeout=timeout)
+    finally:
+        if tmp is not None: tmp.unlink(missing_ok=True)
     if not png.exists(): raise RuntimeError(f'chromium wrote no screenshot of {page}: {r.stderr[-2000:]}')
     if top:
         from PIL import Image

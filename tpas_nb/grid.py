@@ -10,6 +10,7 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+import scipy.stats
 import yaml
 
 from .config import RunConfig, from_dict, to_dict, load_config
@@ -305,8 +306,8 @@ def paired_delta(df: pd.DataFrame,       # rows of collect() (one grid)
                  base: str,              # the arm compared against
                  metric: str = 'test_R1',
                  grid: str | None = None,  # the grid (default: the only one in df)
-                ) -> pd.DataFrame:       # index arm: n, base mean, arm mean, mean Δ, std Δ, wins, beyond 2 SE
-    "Each arm minus `base` on `metric`, paired by seed: mean and std of the differences, seeds won, |mean Δ| > 2 SE."
+                ) -> pd.DataFrame:       # index arm: n, base mean, arm mean, mean Δ, std Δ, wins, p (paired t-test)
+    "Each arm minus `base` on `metric`, paired by seed: mean and std of the differences, seeds won, paired t-test p."
     grids = df.grid.unique() if grid is None else [grid]
     if len(grids) != 1: raise ValueError(f"paired_delta compares arms within one grid; got {list(grids)}")
     d = df[df.grid == grids[0]]
@@ -319,9 +320,12 @@ def paired_delta(df: pd.DataFrame,       # rows of collect() (one grid)
         diff = pair[arm] - pair[base]
         n = len(diff)
         sd = float(diff.std(ddof=1)) if n > 1 else np.nan
+        if n < 3 or not np.isfinite(sd): p = np.nan                         # two seeds: no test worth the name
+        elif sd == 0: p = 1.0 if diff.mean() == 0 else 0.0
+        else: p = float(2 * scipy.stats.t.sf(abs(diff.mean()) / (sd / np.sqrt(n)), df=n - 1))
         rows[arm] = dict(n=n, base=pair[base].mean(), arm=pair[arm].mean(), mean_delta=diff.mean(), std_delta=sd,
-                         wins=f"{int((diff > 0).sum())}/{n}", beyond_2se=bool(n > 1 and abs(diff.mean()) > 2 * sd / np.sqrt(n)))
-    return pd.DataFrame.from_dict(rows, orient='index', columns=['n', 'base', 'arm', 'mean_delta', 'std_delta', 'wins', 'beyond_2se'])
+                         wins=f"{int((diff > 0).sum())}/{n}", p=p)
+    return pd.DataFrame.from_dict(rows, orient='index', columns=['n', 'base', 'arm', 'mean_delta', 'std_delta', 'wins', 'p'])
 
 
 # %% ../nbs/41_grid.ipynb #9959d513

@@ -14,8 +14,8 @@ import tpas_nb
 from .grid import GRIDS, METRICS, collect, summarise, paired_delta
 
 # %% auto #0
-__all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'PAIRED_METRICS', 'paper_tables', 'table', 'metric_label', 'resolve_runs_root',
-           'beside', 'show_tables', 'paired']
+__all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'DECIMALS', 'PAIRED_METRICS', 'paper_tables', 'table', 'metric_label',
+           'resolve_runs_root', 'beside', 'show_tables', 'paired']
 
 # %% ../nbs/95_tables.ipynb #813401c8
 CSV_PATH = Path(tpas_nb.__file__).parent / 'paper_tables.csv'   # package data (MANIFEST.in)
@@ -81,6 +81,7 @@ MEASURES: dict[tuple[str, str], str] = {   # (paper, table) -> what the grid mea
 
 # %% ../nbs/95_tables.ipynb #b6fa7aad
 MEASURED = 'measured here ({data}, mean ± std over n seeds)'
+DECIMALS = {'diag_V_L': 3, 'diag_margin': 3, 'diag_mu_delta': 3}   # as the papers print them; 2 elsewhere
 
 def metric_label(metric: str) -> str:
     "A short header for a collect() column: 'test_normal_R1' -> 'normal R@1', 'ucc_mAP' -> 'UCC mAP'."
@@ -112,7 +113,7 @@ def beside(paper: str, name: str,
     if measured is not None and len(measured) and metrics:
         row_nos = list(dict.fromkeys(cells.row_no))
         for data, runs in measured.groupby('data', sort=False):
-            s = summarise(runs, metrics, keep_grid=True)
+            s = pd.concat([summarise(runs, [m], DECIMALS.get(m, 2), keep_grid=True) for m in metrics], axis=1)
             block = pd.DataFrame('', index=range(len(pub)), columns=[metric_label(m) for m in metrics])
             for i, row_no in enumerate(row_nos):
                 rc = mapped[mapped.row_no == row_no]
@@ -151,7 +152,7 @@ def paired(measured: pd.DataFrame,           # collect() rows
            grid: str, base: str,             # the grid and its base arm
            metrics=PAIRED_METRICS,
            decimals: int = 2,
-          ) -> pd.DataFrame:                 # index arm; per metric 'Δ ± sd (wins k/n)' with '*' beyond 2 SE
+          ) -> pd.DataFrame:                 # index arm; per metric 'Δ ± sd (wins k/n)', '*' where the paired t-test p < 0.05
     "Every arm of `grid` minus `base`, paired by seed, for each metric (SynthPAB and PAB runs kept apart)."
     d = measured[measured.grid == grid]
     if d.data.nunique() > 1: raise ValueError(f"{grid}: runs on {sorted(d.data.unique())}; pass one kind of data")
@@ -159,7 +160,7 @@ def paired(measured: pd.DataFrame,           # collect() rows
     for m in metrics:
         pdl = paired_delta(d, base, m)
         cols[metric_label(m)] = {a: (f"{r.mean_delta:+.{decimals}f}" + (f" ± {r.std_delta:.{decimals}f}" if r.n > 1 else '') +
-                                     f" ({r.wins}){' *' if r.beyond_2se else ''}") if r.n else '' for a, r in pdl.iterrows()}
+                                     f" ({r.wins}){' *' if r.p < 0.05 else ''}") if r.n else '' for a, r in pdl.iterrows()}
     out = pd.DataFrame(cols)
     out.insert(0, 'seeds', paired_delta(d, base, metrics[0]).n)
     out.index.name = f'minus {base}'
