@@ -156,13 +156,14 @@ def paired(measured: pd.DataFrame,           # collect() rows
     "Every arm of `grid` minus `base`, paired by seed, for each metric (SynthPAB and PAB runs kept apart)."
     d = measured[measured.grid == grid]
     if d.data.nunique() > 1: raise ValueError(f"{grid}: runs on {sorted(d.data.unique())}; pass one kind of data")
-    cols = {}
+    cols, seeds = {}, None
     for m in metrics:
         pdl = paired_delta(d, base, m)
+        if seeds is None: seeds = pdl.n
         cols[metric_label(m)] = {a: (f"{r.mean_delta:+.{decimals}f}" + (f" ± {r.std_delta:.{decimals}f}" if r.n > 1 else '') +
                                      f" ({r.wins}){' *' if r.p < 0.05 else ''}") if r.n else '' for a, r in pdl.iterrows()}
     out = pd.DataFrame(cols)
-    out.insert(0, 'seeds', paired_delta(d, base, metrics[0]).n)
+    out.insert(0, 'seeds', seeds)
     out.index.name = f'minus {base}'
     return out
 

@@ -19,8 +19,8 @@ from ..methods.col import anchor_directions, direction_diversity
 # %% auto #0
 __all__ = ['gradient_conflict', 'attraction_repulsion', 'conflict_rate', 'loss_volatility', 'gallery_margin',
            'anchor_direction_similarity', 'anchor_stats', 'positive_pair_distance', 'uniformity', 'score_function',
-           'batch_diagnostics', 'embedding_diagnostics', 'write_diagnostics', 'run_diagnostics', 'counterpart_batches',
-           'diagnose_run']
+           'batch_conflict_rate', 'batch_diagnostics', 'embedding_diagnostics', 'write_diagnostics', 'run_diagnostics',
+           'counterpart_batches', 'diagnose_run']
 
 # %% ../../nbs/31_diagnostics.ipynb #dcae7166
 def gradient_conflict(grad_pos: Tensor, # B×F attraction gradients g⁺
@@ -153,11 +153,16 @@ def score_function(method, batch: dict) -> tuple[Tensor, Callable[[Tensor], Tens
         img_feat, txt_feat = method.image_feature(img), method.text_feature(txt, mask)
     return txt_feat, lambda t: F.normalize(t, dim=-1) @ F.normalize(img_feat, dim=-1).t()
 
-def batch_diagnostics(method, batch: dict) -> dict:
-    "r_conf on a training batch; for GradCO also μ_Δ, anchor norms and cosines, L_dir and mean gate weights per stream."
+def batch_conflict_rate(method, batch: dict) -> float:
+    "r_conf of a method on one training batch (eval mode)."
     with _eval(method):
         rep, fn = score_function(method, batch)
-        out = {'r_conf': conflict_rate(fn, rep, method.backbone.temperature().detach(), batch['idx'])}
+        return conflict_rate(fn, rep, method.backbone.temperature().detach(), batch['idx'])
+
+def batch_diagnostics(method, batch: dict) -> dict:
+    "r_conf on a training batch; for GradCO also μ_Δ, anchor norms and cosines, L_dir and mean gate weights per stream."
+    out = {'r_conf': batch_conflict_rate(method, batch)}
+    with _eval(method):
         if _has_experts(method):
             with torch.no_grad():
                 img = method.image_tokens(batch['image'], batch.get('pose') if method.needs_pose else None)
@@ -194,15 +199,18 @@ def write_diagnostics(run_dir, diagnostics: dict) -> Path:
 
 def run_diagnostics(run_dir,                 # a run folder with log.jsonl
                     method,                  # the trained method
-                    batch: dict,             # a training batch (conflict rate, anchors, gates)
+                    batch: dict | list,      # a training batch (conflict rate, anchors, gates), or several (their mean)
                     test_dataset=None,       # PABTestDataset for the embedding diagnostics (None: skip)
                     tokenizer=None,          # its tokenizer
                     max_len: int = 40,       # caption length L
                     window: int = 100,       # V_L window (steps)
+                    log_dir=None,            # the folder of log.jsonl (default run_dir)
                    ) -> dict:
     "Every diagnostic of a run, written to run_dir/diagnostics.json."
     from tpas_nb.eval.retrieval import embed_gallery, embed_queries
-    out = {'V_L': loss_volatility(run_dir, 'loss', window), 'V_L_window': window, **batch_diagnostics(method, batch)}
+    per_batch = [batch_diagnostics(method, b) for b in (batch if isinstance(batch, list) else [batch])]
+    out = {'V_L': loss_volatility(log_dir or run_dir, 'loss', window), 'V_L_window': window,
+           **{k: float(np.mean([d[k] for d in per_batch])) for k in per_batch[0]}}
     if test_dataset is not None:
         img = embed_gallery(method, test_dataset, progress=False)
         txt = embed_queries(method, test_dataset.texts, tokenizer, max_len)
@@ -243,8 +251,7 @@ def diagnose_run(run_dir,               # a run folder (train, or a grid run reu
     "Table 7 for a finished run: batch diagnostics averaged over counterpart batches, V_L from its log, m on `split`."
     from tpas_nb.config import load_config
     from tpas_nb.data.pab import PABFolder, PABTrainDataset, PABTestDataset, TrainCollate, pab_tokenizer
-    from tpas_nb.train import build_run_method, load_weights, resolve_data_root, _max_len
-    from tpas_nb.eval.retrieval import embed_gallery, embed_queries
+    from tpas_nb.train import build_run_method, load_weights, resolve_data_root, run_backbone
     run_dir = Path(run_dir)
     src = _weights_dir(run_dir)
     config = load_config(src / 'config.yaml')
@@ -252,19 +259,15 @@ def diagnose_run(run_dir,               # a run folder (train, or a grid run reu
     tok = pab_tokenizer(folder, config.data.vocab or None)
     method = build_run_method(config, tok, src)
     load_weights(method, src / 'best.safetensors')
-    size, max_len = method.backbone.img_size, _max_len(config)
+    size, max_len = method.backbone.img_size, run_backbone(config, src).text.max_len
     train_ds = PABTrainDataset(folder, img_size=size, pose=method.needs_pose, counterparts=False, hflip=0.0, check=False)
     collate = TrainCollate(tok, max_len)
-    per_batch = [batch_diagnostics(method, collate([train_ds[i] for i in b]))
-                 for b in counterpart_batches(train_ds, n_batches, persons, seed)]
-    out = {k: float(np.mean([d[k] for d in per_batch])) for k in per_batch[0]}
     g = torch.Generator().manual_seed(seed)                                   # the same number of random batches: any negatives
     rand = [torch.randperm(len(train_ds), generator=g)[:2 * persons].tolist() for _ in range(n_batches)]
-    out['r_conf_random'] = float(np.mean([batch_diagnostics(method, collate([train_ds[i] for i in b]))['r_conf'] for b in rand]))
-    out.update(V_L=loss_volatility(src, 'loss', window), V_L_window=window, diag_batches=n_batches, diag_persons=persons)
+    extra = {'r_conf_random': float(np.mean([batch_conflict_rate(method, collate([train_ds[i] for i in b])) for b in rand])),
+             'diag_batches': n_batches, 'diag_persons': persons}
+    write_diagnostics(run_dir, extra)
     test_ds = PABTestDataset(folder, split, img_size=size, pose=method.needs_pose, check=False)
-    out.update(embedding_diagnostics(embed_queries(method, test_ds.texts, tok, max_len), embed_gallery(method, test_ds, progress=False),
-                                     test_ds.text_image_ids, test_ds.image_ids))
-    write_diagnostics(run_dir, out)
-    return out
+    batches = [collate([train_ds[i] for i in b]) for b in counterpart_batches(train_ds, n_batches, persons, seed)]
+    return {**run_diagnostics(run_dir, method, batches, test_ds, tok, max_len, window, log_dir=src), **extra}
 
