@@ -46,9 +46,9 @@ def check_metrics(m, where):
 
 
 def test_papermill_benchmark(smoke_run, tmp_path):
-    "papermill 91_benchmark with k_test '0,4' writes benchmark.json with every protocol, saved embeddings and the weather plot."
+    "papermill 91_benchmark with k_test '0,4' writes benchmark.json with every protocol, saved embeddings, the weather plot and the ucc factors."
     nb = tmp_path / 'bench.ipynb'
-    ok(papermill(nb, '-p', 'run_dir', smoke_run, '-p', 'k_test', '0,4', '-p', 'progress', False))
+    ok(papermill(nb, '-p', 'run_dir', smoke_run, '-p', 'k_test', '0,4', '-p', 'progress', False, '-p', 'ood_pairs', 2))
     b = json.loads((smoke_run / 'benchmark.json').read_text())
     assert b['rankings'] == ['itc', 'itm@4'] and b['k_tests'] == [0, 4]
     assert sorted(b['splits']) == sorted(['test', 'ucc'] + [f'weather:{w}' for w in WEATHERS[1:]])
@@ -75,7 +75,9 @@ def test_papermill_benchmark(smoke_run, tmp_path):
     assert any(c.get('metadata', {}).get('tags') == ['injected-parameters'] for c in cells)
     outs = [o for c in cells if c['cell_type'] == 'code' for o in c.get('outputs', [])]
     assert sum('image/png' in o.get('data', {}) for o in outs) == 1, 'the weather plot is shown'
-    assert sum('text/html' in o.get('data', {}) for o in outs) >= 3, 'summary, protocol and split tables are rendered'
+    assert sum('text/html' in o.get('data', {}) for o in outs) >= 4, 'summary, protocol, split and ucc-factor tables are rendered'
+    ood = json.loads((smoke_run / 'ood_factors.json').read_text())
+    assert len(ood) == 7 and all(0 <= r['R@1'] <= 100 and r['gallery'] == 4 for r in ood.values())
 
 
 def test_papermill_no_weights(smoke_run, tmp_path):

@@ -54,6 +54,20 @@ def no_seconds(d):
     return {k: no_seconds(v) if isinstance(v, dict) else v for k, v in d.items() if k not in ('seconds',)}
 
 
+def test_parameters_cell_parses_cleanly(caplog):
+    "papermill reads every parameter of 90_train without a parse warning, and the defaults are the cpu profile."
+    import logging, papermill as pm
+    from tpas_nb.config import from_flat
+    with caplog.at_level(logging.WARNING):
+        params = pm.inspect_notebook(str(REPO / 'nbs' / '90_train.ipynb'))
+    assert not [r for r in caplog.records if 'Unable to parse' in r.getMessage()], caplog.text
+    assert {'profile', 'method', 'init_checkpoint', 'epochs', 'lr', 'itm_frac'} <= set(params)
+    defaults = {k: eval(p['default']) for k, p in params.items()}
+    assert defaults['profile'] == 'cpu' and defaults['method'] == 'cmp' and defaults['seed'] == 0
+    flat = {k: v for k, v in defaults.items() if k not in ('profile', 'progress', 'threads', 'out_dir')}
+    assert from_flat('cpu', **flat) == from_flat('cpu', method='cmp', seed=0)      # every other default defers to the profile
+
+
 def test_papermill_smoke(cache, tmp_path):
     "papermill runs 90_train with tiny parameters and leaves a complete run folder and a notebook with figures."
     out, nb = tmp_path / 'run', tmp_path / 'cmp.ipynb'

@@ -4,14 +4,15 @@
 
 # %% ../nbs/00_config.ipynb #7f2bdf70
 from __future__ import annotations
-import dataclasses, typing
+import dataclasses, json, typing
 from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
 import yaml
 
 # %% auto #0
-__all__ = ['PRESETS', 'VisionConfig', 'TextConfig', 'BackboneConfig', 'get_preset', 'DataConfig', 'OptimConfig', 'RunConfig',
-           'to_dict', 'from_dict', 'save_config', 'load_config', 'progress']
+__all__ = ['PRESETS', 'PROFILES', 'FLAT_ALIASES', 'VisionConfig', 'TextConfig', 'BackboneConfig', 'get_preset', 'DataConfig',
+           'OptimConfig', 'RunConfig', 'to_dict', 'from_dict', 'save_config', 'load_config', 'flat_path', 'from_flat',
+           'progress']
 
 # %% ../nbs/00_config.ipynb #55b62538
 @dataclass
@@ -57,13 +58,14 @@ class BackboneConfig:
     "The shared X-VLM-style backbone of every method."
     vision: VisionConfig = field(default_factory=VisionConfig)
     text: TextConfig = field(default_factory=TextConfig)
+    global_pool: str = 'cls_avg'    # global features: 'cls_avg' (paper), 'stripes' (official code) or 'grid' (the tiny preset, 10_encoders)
     embed_dim: int = 64             # E: width of the ITC space (X-VLM: 256)
     temp: float = 0.07              # initial ITC temperature τ (learnable, clamped to [0.001, 0.5])
     pose_hidden: int = 16           # Pose Conv width (CMP: 96; at 96 its full-resolution convolutions cost more than the rest of the tiny model on a CPU)
 
 # %% ../nbs/00_config.ipynb #2b665a25
 PRESETS: dict[str, BackboneConfig] = {
-    'tiny': BackboneConfig(),
+    'tiny': BackboneConfig(global_pool='grid'),   # a 4×4 token grid: its layout carries the pose (10_encoders)
     'paper': BackboneConfig(
         vision=VisionConfig(img_size=224, patch_size=4, window_size=7, embed_dim=128,
                             depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32), drop_path_rate=0.1),
@@ -90,6 +92,7 @@ class DataConfig:
     vocab: str = ''                 # bert-base-uncased vocab.txt for real PAB; empty = built from SynthPAB
     random_erasing: float = 0.0     # probability of random erasing on training images
     hflip: float = 0.5              # probability of a horizontal flip (image and pose map together)
+    paired: bool = True             # with identity hard negatives, batches hold both records of each person (40_training)
     cache_dir: str = ''             # SynthPAB cache; '' = $TPAS_NB_CACHE or ~/.cache/tpas_nb (one folder per parameter set)
     synth_val_pairs: int = 250      # SynthPAB validation pairs (model selection only)
     synth_test_pairs: int = 1000    # SynthPAB test pairs
@@ -117,7 +120,7 @@ class RunConfig:
     method_args: dict = field(default_factory=dict)  # method switches, validated by the builder
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    epochs: int = 1
+    epochs: int = 1                 # passes over the training pairs; 0 = evaluate the initial weights as they are (zero-shot)
     batch_size: int = 32            # global batch, split across processes
     grad_accum: int = 1             # gradient accumulation steps
     max_steps: int = 0              # stop after this many optimiser steps; 0 = run all epochs
@@ -171,6 +174,46 @@ def load_config(path, cls=RunConfig):
     try: d = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e: raise ValueError(f"{path}: not valid YAML: {e}") from e
     return from_dict(cls, d, where=str(path))
+
+# %% ../nbs/00_config.ipynb #506a7575
+PROFILES: dict[str, dict] = {   # name -> RunConfig fields (nested like RunConfig) that every run of the profile shares
+    'cpu': dict(    # the tiny preset on a laptop's CPU, fine-tuning the shipped tiny X-VLM (the recipe is measured in 42_pretrain)
+        preset='tiny', init_checkpoint='pretrained', device='cpu', epochs=4, batch_size=64, k_test=32,
+        method_args=dict(mlm_frac=0.25, itm_neg_temp=0.05),
+        optim=dict(lr=2e-3, lr_min=2e-4, warmup_steps=50)),
+    'paper': dict(  # Swin-B + BERT-base from an X-VLM checkpoint on GPUs (CMP §5; init_checkpoint and data_root must be given)
+        preset='paper', init_checkpoint='', device='auto', epochs=30, batch_size=120, k_test=128,
+        optim=dict(lr=1e-4, lr_min=1e-5, warmup_steps=500, lr_mult_new=2.0)),
+}
+
+FLAT_ALIASES = {   # flat parameter -> dotted RunConfig path, where the field's own name would be unclear at the top level
+    'data_root': 'data.root', 'train_pairs': 'data.synth_train_pairs', 'val_pairs': 'data.synth_val_pairs',
+    'test_pairs': 'data.synth_test_pairs', 'ucc_pairs': 'data.synth_ucc_pairs', 'image_size': 'data.synth_image_size',
+    'cache_dir': 'data.cache_dir', 'vocab': 'data.vocab', 'num_workers': 'data.num_workers', 'paired': 'data.paired',
+    'random_erasing': 'data.random_erasing', 'hflip': 'data.hflip',
+    **{k: f'optim.{k}' for k in ('lr', 'lr_min', 'warmup_steps', 'weight_decay', 'schedule', 'lr_mult_new', 'grad_clip')}}
+
+def flat_path(name: str) -> str | None:
+    "The dotted RunConfig path of a flat parameter; None for a method switch."
+    if name in FLAT_ALIASES: return FLAT_ALIASES[name]
+    return name if name in {f.name for f in fields(RunConfig)} - {'data', 'optim', 'method_args'} else None
+
+def from_flat(profile: str = 'cpu', # a key of PROFILES
+              **flat,                # flat parameters (None: the profile's value)
+             ) -> RunConfig:
+    "The RunConfig of `profile` with flat parameters put in place (lr_min follows lr); unknown names become method switches."
+    if profile not in PROFILES: raise ValueError(f"unknown profile {profile!r}; valid profiles: {sorted(PROFILES)}")
+    d = json.loads(json.dumps(PROFILES[profile]))
+    o = d.get('optim', {})
+    if flat.get('lr') is not None and flat.get('lr_min') is None and 'lr' in o and 'lr_min' in o:
+        flat = {**flat, 'lr_min': flat['lr'] * o['lr_min'] / o['lr']}       # lr_min follows lr at the profile's ratio
+    for k, v in flat.items():
+        if v is None: continue
+        path = flat_path(k)
+        if path is None: d.setdefault('method_args', {})[k] = v
+        elif '.' in path: d.setdefault(path.split('.')[0], {})[path.split('.')[1]] = v
+        else: d[path] = v
+    return from_dict(RunConfig, d, where=f'profile {profile!r}')
 
 # %% ../nbs/00_config.ipynb #36148aef
 def progress(it, enabled: bool = True, total: int | None = None, leave: bool = False):

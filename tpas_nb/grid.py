@@ -13,7 +13,7 @@ import pandas as pd
 import scipy.stats
 import yaml
 
-from .config import RunConfig, from_dict, to_dict, load_config
+from .config import RunConfig, PROFILES, from_dict, to_dict, load_config
 from .methods.seda import ABLATION_ROWS
 from .methods.qcalign import QCT_ARMS
 from .methods.gradco import GRADCO_ARMS
@@ -25,9 +25,11 @@ __all__ = ['GRIDS', 'GRID_BUDGET', 'GRID_FIELDS', 'RUN_STATES', 'DIAGNOSE_GRIDS'
            'parse_sets', 'grid_cli']
 
 # %% ../nbs/41_grid.ipynb #0ef3bcd0
-GRIDS: dict[str, dict[str, tuple[str, dict]]] = {   # grid -> arm label (as the paper prints it) -> (method, switches)
-    'cmp': {'X-VLM (baseline)': ('xvlm', {}), '+PE': ('xvlm', dict(pose=True)), '+IHNM': ('xvlm', dict(ihnm=True)),
-            'CMP': ('cmp', {})},
+GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper prints it) -> (method, switches[, RunConfig overrides])
+    'cmp': {'X-VLM zero-shot': ('xvlm', {}, {'epochs': 0}),          # the shipped checkpoint as it is (42_pretrain)
+            'X-VLM (baseline)': ('xvlm', {}), '+PE': ('xvlm', dict(pose=True)), '+IHNM': ('xvlm', dict(ihnm=True)),
+            'CMP': ('cmp', {}),
+            'CMP from scratch': ('cmp', {}, {'init_checkpoint': ''})},   # what the pretrained start is worth
     'seda': dict(ABLATION_ROWS),
     'qcalign': {'CMP': ('cmp', {}), **{f'CMP {arm}': ('cmp', sw) for arm, sw in QCT_ARMS.items()},
                 'X-VLM': ('xvlm', {}), 'X-VLM +QC-Align': ('xvlm', QCT_ARMS['+QC-Align'])},
@@ -35,11 +37,8 @@ GRIDS: dict[str, dict[str, tuple[str, dict]]] = {   # grid -> arm label (as the 
 }
 
 # %% ../nbs/41_grid.ipynb #82239887
-GRID_BUDGET: dict = {   # RunConfig overrides shared by every run of every grid: 2 epochs = 1,250 steps of 16 (measured below)
-    'epochs': 2, 'batch_size': 16, 'k_test': 32, 'device': 'cpu',
-    'optim': {'lr': 2e-3, 'lr_min': 2e-4, 'warmup_steps': 30},
-}
-GRID_FIELDS = ('method', 'method_args', 'seed', 'out_dir')   # set by the grid, never by the budget
+GRID_BUDGET: dict = PROFILES['cpu']   # RunConfig fields shared by every run of every grid: the CPU profile (00_config)
+GRID_FIELDS = ('method', 'seed', 'out_dir')   # set by the grid, never by the budget
 
 # %% ../nbs/41_grid.ipynb #32fdafb1
 def arm_slug(label: str) -> str:
@@ -83,12 +82,14 @@ def grid_arms(grid: str, arms=None) -> list[str]:
     return [a for a in GRIDS[grid] if a in wanted]
 
 def grid_config(grid: str, arm: str, seed: int, root='runs/grid', overrides: dict | None = None) -> RunConfig:
-    "The RunConfig of one run: GRID_BUDGET merged with `overrides`, the arm's method and switches, the seed, the run folder."
+    "The RunConfig of one run: GRID_BUDGET merged with `overrides` and the arm's own, the arm's method and switches, the seed, the run folder."
     budget = merge(GRID_BUDGET, overrides or {})
     if set(budget) & set(GRID_FIELDS):
         raise ValueError(f"{sorted(set(budget) & set(GRID_FIELDS))} are set by the grid, not by the budget")
-    method, switches = GRIDS[grid][arm]
-    return from_dict(RunConfig, {**budget, 'method': method, 'method_args': copy.deepcopy(switches), 'seed': seed,
+    method, switches, *arm_over = GRIDS[grid][arm]
+    budget = merge(budget, arm_over[0] if arm_over else {})
+    args = {**budget.pop('method_args', {}), **copy.deepcopy(switches)}          # the arm's switches over the profile's
+    return from_dict(RunConfig, {**budget, 'method': method, 'method_args': args, 'seed': seed,
                                  'out_dir': str(run_dir(root, grid, arm, seed))})
 
 def same_config(a: RunConfig, b: RunConfig) -> bool:

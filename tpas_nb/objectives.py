@@ -130,6 +130,13 @@ class ItmPairs:
         "Gather the text side of the N pairs from `x` and `hard_x`."
         return _take_rows(self.txt_rows, x, hard_x, self.batch_size, 'texts')
 
+    def first(self, n:int, # anchors kept: pairs whose anchor (the i or j of its block) is < n
+             ) -> 'ItmPairs': # the pairs of the first n anchors of every block (negatives still drawn from all B)
+        "The pairs anchored on the first n items of the batch: ITM on a share of the batch at a share of the cost."
+        if not 0 < n <= self.batch_size: raise ValueError(f"ItmPairs.first: n must be in [1, {self.batch_size}], got {n}")
+        keep = torch.arange(len(self.labels), device=self.labels.device) % self.batch_size < n   # every block is in anchor order
+        return ItmPairs(self.img_rows[keep], self.txt_rows[keep], self.labels[keep], self.group[keep], self.batch_size)
+
 # %% ../nbs/12_objectives.ipynb #7b46e898
 def build_itm_pairs(neg_img_for_txt:Tensor, # B: batch row of the negative image drawn for text j
                     neg_txt_for_img:Tensor, # B: batch row of the negative text drawn for image i

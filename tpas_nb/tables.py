@@ -56,10 +56,12 @@ def table(paper: str,            # CMP, SeDA, QC-Align or GradCO
 MEASURES: dict[tuple[str, str], str] = {   # (paper, table) -> what the grid measures for it
     ('CMP', 'Table 1'): 'Nothing: dataset statistics. SynthPAB has its own (01_synthpab).',
     ('CMP', 'Table 2'): "Grid 'cmp', split test ('Normal' only; the nine weather copies are evaluated by 91_benchmark, not by the grid).",
-    ('CMP', 'Table 3'): "Grid 'cmp', split test (one SynthPAB training set stands for both 0.1M and 1M).",
+    ('CMP', 'Table 3'): "Grid 'cmp', split test (one SynthPAB training set stands for both 0.1M and 1M); the zero-shot X-VLM row is "
+                        "the shipped tiny X-VLM as it is (arm 'X-VLM zero-shot', 42_pretrain).",
     ('CMP', 'Table 4'): "Grid 'cmp', split ucc (SynthPAB's unseen scenes and camera).",
     ('CMP', 'Table 5'): "Grid 'cmp', split test: the 'identity' subset of metrics.json (identity row) and the plain metrics (behaviour row).",
-    ('CMP', 'Table 6'): "Grid 'cmp' (its four arms are this table's rows), split test.",
+    ('CMP', 'Table 6'): "Grid 'cmp' (its four arms are this table's rows), split test; the grid's zero-shot and from-scratch arms "
+                        "are in the paired comparison below the table.",
     ('CMP', 'Table 7'): 'Nothing: dataset statistics.',
     ('SeDA', 'Main results'): "Grid 'seda' ((0) = CMP, (V) = SeDA) and the X-VLM arm of grid 'cmp'; PAB rows: split test, UCC rows: split ucc.",
     ('SeDA', 'Ablation'): "Grid 'seda' (one arm per row; (X) is the same configuration as (V)), split test.",
@@ -148,11 +150,13 @@ def show_tables(paper: str, measured: pd.DataFrame | None = None):
 # %% ../nbs/95_tables.ipynb #aeb12a15
 PAIRED_METRICS = ('test_R1', 'test_mAP', 'test_anomaly_R1', 'test_hard_pair_acc', 'test_itc_R1')
 
+def _p(p): return f', p {p:.3f}' if p >= 0.001 else ', p < 0.001' if np.isfinite(p) else ''
+
 def paired(measured: pd.DataFrame,           # collect() rows
            grid: str, base: str,             # the grid and its base arm
            metrics=PAIRED_METRICS,
            decimals: int = 2,
-          ) -> pd.DataFrame:                 # index arm; per metric 'Δ ± sd (wins k/n)', '*' where the paired t-test p < 0.05
+          ) -> pd.DataFrame:                 # index arm; per metric 'Δ ± sd (wins k/n, p)', '*' where the paired t-test p < 0.05
     "Every arm of `grid` minus `base`, paired by seed, for each metric (SynthPAB and PAB runs kept apart)."
     d = measured[measured.grid == grid]
     if d.data.nunique() > 1: raise ValueError(f"{grid}: runs on {sorted(d.data.unique())}; pass one kind of data")
@@ -161,7 +165,7 @@ def paired(measured: pd.DataFrame,           # collect() rows
         pdl = paired_delta(d, base, m)
         if seeds is None: seeds = pdl.n
         cols[metric_label(m)] = {a: (f"{r.mean_delta:+.{decimals}f}" + (f" ± {r.std_delta:.{decimals}f}" if r.n > 1 else '') +
-                                     f" ({r.wins}){' *' if r.p < 0.05 else ''}") if r.n else '' for a, r in pdl.iterrows()}
+                                     f" ({r.wins}{_p(r.p)}){' *' if r.p < 0.05 else ''}") if r.n else '' for a, r in pdl.iterrows()}
     out = pd.DataFrame(cols)
     out.insert(0, 'seeds', seeds)
     out.index.name = f'minus {base}'

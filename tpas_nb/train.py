@@ -95,12 +95,20 @@ def epoch_permutation(n: int, seed: int, epoch: int) -> list[int]:
     "π_e: the order of the n training pairs in epoch `epoch`."
     return torch.randperm(n, generator=torch.Generator().manual_seed(_mix(seed, epoch))).tolist()
 
+def _units(n: int, partner: list[int] | None) -> list[list[int]]:
+    "The items in sampling units: [i, partner[i]] for mutual partners, [i] for the rest."
+    if partner is None: return [[i] for i in range(n)]
+    if len(partner) != n: raise ValueError(f"partner has {len(partner)} entries for {n} training pairs")
+    return [[i] + ([p] if p >= 0 and partner[p] == i else []) for i, p in enumerate(partner)
+            if not (0 <= p < i and partner[p] == i)]
+
 def micro_batches(n: int,                # N training pairs
                   batch_size: int,       # B: global batch per optimiser step
                   seed: int, epoch: int,
                   world_size: int = 1,   # W processes
                   rank: int = 0,         # r: this process
                   grad_accum: int = 1,   # A accumulation steps
+                  partner: list[int] | None = None,  # paired batches: partner[i] = the position of i's counterpart (-1: none)
                  ) -> list[list[tuple[int, int]]]:  # ⌊N/B⌋·A micro-batches of m keys (epoch, item)
     "This process's micro-batches of one epoch, in order: micro-batch a·W + r of each global batch."
     if batch_size % (world_size * grad_accum):
@@ -108,7 +116,9 @@ def micro_batches(n: int,                # N training pairs
     if not 0 <= rank < world_size: raise ValueError(f"rank {rank} not in [0, {world_size})")
     steps, m = n // batch_size, batch_size // (world_size * grad_accum)
     if steps == 0: raise ValueError(f"batch_size={batch_size} is larger than the {n} training pairs")
-    perm = epoch_permutation(n, seed, epoch)
+    if partner is not None and m % 2: raise ValueError(f"paired batches need an even micro-batch, got {m} = {batch_size} / ({world_size} × {grad_accum})")
+    units = _units(n, partner)
+    perm = [i for u in epoch_permutation(len(units), seed, epoch) for i in units[u]]   # a person's two records side by side
     out = []
     for s in range(steps):
         glob = perm[s * batch_size:(s + 1) * batch_size]                    # B
@@ -237,7 +247,7 @@ class ToyBackbone(nn.Module):
 
 class ToyMethod(nn.Module):
     "The smallest Method (CONTRACTS.md): ITC on pooled patch and word embeddings; for testing the trainer."
-    needs_pose = False
+    needs_pose, needs_counterparts = False, False
     def __init__(self, vocab_size: int, img_size: int = 32, embed_dim: int = 16, dropout: float = 0.0):
         super().__init__()
         self.backbone, self.drop = ToyBackbone(vocab_size, img_size, embed_dim), nn.Dropout(dropout)
@@ -311,19 +321,28 @@ def _peak_memory_mib() -> dict:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == 'darwin' else 2**10)
     return dict(cpu_rss=round(rss, 1), cuda_allocated=round(torch.cuda.max_memory_allocated() / 2**20, 1) if torch.cuda.is_available() else None)
 
-def _init_checkpoint(method, path, out: Path, write: bool) -> set[int]:
-    "Load `path` into method.backbone (load_xvlm_checkpoint); returns the ids of parameters it did not load."
+def _init_checkpoint(method, config: RunConfig, tok, out: Path, write: bool) -> set[int]:
+    "Load `config.init_checkpoint` into method.backbone (load_xvlm_checkpoint); returns the ids of parameters it did not load."
     from dataclasses import asdict
-    from tpas_nb.models.encoders import load_xvlm_checkpoint
+    from tpas_nb.models.encoders import load_xvlm_checkpoint, resolve_checkpoint, check_checkpoint_vocab
     if not hasattr(method, 'backbone'): raise ValueError("init_checkpoint needs a method with a .backbone (tpas_nb.models.encoders.Backbone)")
+    path = resolve_checkpoint(config.init_checkpoint, config.preset)
+    check_checkpoint_vocab(path, [t for t, _ in sorted(tok.vocab.items(), key=lambda kv: kv[1])])
     report = load_xvlm_checkpoint(method.backbone, path)
     loaded = {id(method.backbone.get_parameter(k)) for k in report.matched + report.converted
               if k in dict(method.backbone.named_parameters(remove_duplicate=False))}
     if write:
         rep = asdict(report)
         atomic_write(out / 'init_report.json', lambda p: p.write_text(json.dumps(
-            dict(checkpoint=str(path), counts={k: len(v) for k, v in rep.items()}, **rep), indent=1)))
+            dict(checkpoint=str(path), sha256=_sha256(path), counts={k: len(v) for k, v in rep.items()}, **rep), indent=1)))
     return {id(p) for p in method.parameters()} - loaded
+
+def _sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for chunk in iter(lambda: f.read(1 << 20), b''): h.update(chunk)
+    return h.hexdigest()
+
 
 # %% ../nbs/40_training.ipynb #ec00fa89
 def _max_len(config: RunConfig) -> int: return get_preset(config.preset).text.max_len
@@ -339,8 +358,8 @@ def _eval(method, folder, split: str, tok, config: RunConfig, accelerator, progr
                     progress=progress, accelerator=accelerator if multi else None)
 
 def _val_summary(r: dict) -> dict:
-    "The val numbers kept per evaluation: the 'all' metrics and hard-pair accuracy."
-    return dict(r['all'], hard_pair_acc=r.get('hard_pair_acc'))
+    "The val numbers kept per evaluation: the 'all' metrics and hard-pair accuracy, re-ranked and by ITC alone."
+    return dict(r['all'], hard_pair_acc=r.get('hard_pair_acc'), itc_R1=r['itc']['all']['R1'], itc_hard_pair_acc=r['itc'].get('hard_pair_acc'))
 
 def _better(new: dict, best: dict | None) -> bool:
     "Model selection: higher val R@1, ties broken by higher val mAP."
@@ -353,10 +372,23 @@ def _log_lines(path: Path, upto: int | None = None) -> list[dict]:
     recs = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
     return [r for r in recs if upto is None or r['step'] <= upto]
 
+def _hms(s: float) -> str: return f"{int(s // 3600)}:{int(s % 3600 // 60):02d}:{int(s % 60):02d}"
+
+def _progress_line(st: dict, total: int, epoch: int, epochs: int, B: int, loss: float, with_val: bool) -> str:
+    "One line of progress: step, epoch, loss, speed, time spent and left, and the last val numbers after an evaluation."
+    rate = st['samples'] / max(st['train_seconds'], 1e-9)
+    line = (f"step {st['step']}/{total} (epoch {epoch + 1}/{epochs}): loss {loss:.4f}, {rate:.0f} samples/s, "
+            f"{_hms(st['train_seconds'] + st['val_seconds'])} spent, about {_hms((total - st['step']) * B / rate)} of training left")
+    if with_val and st['val_history']:
+        v = st['val_history'][-1]
+        line += f"; val R@1 {v['R1']:.2f}, mAP {v['mAP']:.2f}, hard-pair {v['hard_pair_acc'] or float('nan'):.1f}"
+    return line
+
 def train(config: RunConfig,            # the run (00_config); out_dir is the run folder
           progress: bool = True,        # fastprogress bars (main process only)
           method: nn.Module | None = None,  # a built method instead of build_method(config.method, …) (tests, custom methods)
           stop_after: int = 0,          # stop after this many optimiser steps of this call, right after a checkpoint (0 = run to the end)
+          final_splits: tuple = ('test', 'ucc'),  # splits the selected weights are evaluated on at the end (those the folder has)
          ) -> Path:                     # the run folder
     "Train `config.method`, keep the best val weights, evaluate them on test (and ucc); returns the run folder."
     from fastprogress.fastprogress import master_bar, progress_bar
@@ -381,20 +413,23 @@ def train(config: RunConfig,            # the run (00_config); out_dir is the ru
             raise ValueError(f"{out} holds a run with another configuration ({', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in changes.items())}); "
                              f"use a new out_dir, or delete {out} to start over")
     if main: out.mkdir(parents=True, exist_ok=True)
-    new_ids = _init_checkpoint(method, config.init_checkpoint, out, write=main and not resuming) if config.init_checkpoint else set()
+    new_ids = _init_checkpoint(method, config, tok, out, write=main and not resuming) if config.init_checkpoint else set()
     if main:
         save_config(config, out / 'config.yaml')
         if not (out / 'backbone.yaml').exists(): save_config(run_backbone(config), out / 'backbone.yaml')   # runs survive preset changes
     acc.wait_for_everyone()
-    train_ds = PABTrainDataset(folder, img_size=method.backbone.img_size, pose=method.needs_pose,
-                               counterparts=getattr(method, 'needs_counterparts', True),
+    needs_cp = getattr(method, 'needs_counterparts', True)
+    paired = needs_cp and config.data.paired                         # counterparts from the batch itself
+    train_ds = PABTrainDataset(folder, img_size=method.backbone.img_size, pose=method.needs_pose, counterparts=needs_cp and not paired,
                                hflip=config.data.hflip, random_erasing=config.data.random_erasing)
+    if paired: train_ds.require_counterparts()
+    partner = train_ds.partner if paired else None
     has_val = 'val' in folder.splits()
     A, B, N = config.grad_accum, config.batch_size, len(train_ds)
-    micro_batches(N, B, config.seed, 0, W, rank, A)                  # validates B against W·A and N
+    micro_batches(N, B, config.seed, 0, W, rank, A, partner)         # validates B against W·A and N
     steps_per_epoch = N // B
     total = config.epochs * steps_per_epoch if not config.max_steps else min(config.max_steps, config.epochs * steps_per_epoch)
-    if config.epochs < 1 or total < 1: raise ValueError(f"nothing to train: epochs={config.epochs}, max_steps={config.max_steps}")
+    if config.epochs < 0 or (total < 1 and config.epochs): raise ValueError(f"nothing to train: epochs={config.epochs}, max_steps={config.max_steps}")
     # -- optimizer, schedule, Accelerate --------------------------------------------------------------
     optimizer = build_optimizer(method, config.optim, new_ids)
     scheduler = build_scheduler(optimizer, config.optim, total)
@@ -446,11 +481,12 @@ def train(config: RunConfig,            # the run (00_config); out_dir is the ru
     # -- epochs ---------------------------------------------------------------------------------------
     model.train()
     log = open(out / 'log.jsonl', 'a') if main else None
-    steps_this_call, stopped = 0, False
+    steps_this_call, stopped, said = 0, False, time.time()
+    if total == 0 and not st['done']: validate(); st['done'] = True          # epochs=0: the initial weights, evaluated as they are (zero-shot)
     epochs = range(st['epoch'], config.epochs) if not st['done'] else range(0)
     bar = master_bar(epochs) if show and len(epochs) else epochs
     for epoch in bar:
-        mbs = micro_batches(N, B, config.seed, epoch, W, rank, A)[st['micro']:]
+        mbs = micro_batches(N, B, config.seed, epoch, W, rank, A, partner)[st['micro']:]
         loader = DataLoader(SeededItems(train_ds, config.seed), batch_sampler=mbs, collate_fn=collate,
                             num_workers=config.data.num_workers, generator=torch.Generator().manual_seed(_mix(config.seed, epoch, rank)))
         it = iter(loader)
@@ -489,9 +525,9 @@ def train(config: RunConfig,            # the run (00_config); out_dir is the ru
             if end_of_epoch or last or (config.checkpoint_every and st['step'] % config.checkpoint_every == 0) \
                     or (stop_after and steps_this_call >= stop_after):
                 checkpoint()
-            if show and end_of_epoch and st['val_history']:
-                v = st['val_history'][-1]
-                bar.write(f"epoch {epoch + 1}: step {st['step']}, loss {vals[names.index('loss')]:.4f}, val R@1 {v['R1']:.2f}, mAP {v['mAP']:.2f}")
+            if show and (last or end_of_epoch or time.time() - said > 30):      # plain lines: papermill hides the bars
+                said = time.time()
+                print(_progress_line(st, total, epoch, config.epochs, B, vals[names.index('loss')].item(), end_of_epoch or last), flush=True)
             if last or (stop_after and steps_this_call >= stop_after): stopped = True; break
         if stopped: break
     if log: log.close()
@@ -501,7 +537,7 @@ def train(config: RunConfig,            # the run (00_config); out_dir is the ru
     if has_val and (out / 'best.safetensors').exists(): load_weights(net, out / 'best.safetensors')
     elif main: save_weights(net, out / 'best.safetensors', st['step'])
     acc.wait_for_everyone()
-    splits = {s: _eval(net, folder, s, tok, config, acc, progress=show) for s in ('test', 'ucc') if s in folder.splits()}
+    splits = {s: _eval(net, folder, s, tok, config, acc, progress=show) for s in final_splits if s in folder.splits()}
     if has_val: splits['val'] = st['best_val']                      # computed when these weights were selected
     if main:
         metrics = dict(method=config.method, preset=config.preset, method_args=config.method_args, data_root=str(root),
@@ -575,8 +611,10 @@ def save_plots(out: Path, method, folder, tok, config: RunConfig):
     "Write loss_curves.png and retrieval_examples.png into the run folder."
     import matplotlib.pyplot as plt
     from tpas_nb.eval.retrieval import plot_retrieval_examples
-    fig = plot_loss_curves(out); fig.savefig(out / 'loss_curves.png', dpi=110); plt.close(fig)
-    sub, scores = run_examples(method, folder, tok, config, device=next(method.parameters()).device)
+    if _log_lines(out / 'log.jsonl'):                                  # a zero-shot run (epochs=0) has no steps
+        fig = plot_loss_curves(out); fig.savefig(out / 'loss_curves.png', dpi=110); plt.close(fig)
+    split = 'test' if 'test' in folder.splits() else 'val'                # a pretraining corpus has no test split
+    sub, scores = run_examples(method, folder, tok, config, split, device=next(method.parameters()).device)
     fig = plot_retrieval_examples(sub, scores, range(len(sub.texts)), topk=min(5, scores.shape[1]))
     fig.savefig(out / 'retrieval_examples.png', dpi=110); plt.close(fig)
 

@@ -17,15 +17,16 @@ from torch.utils.data import Dataset
 from ..config import progress as show_progress
 
 # %% auto #0
-__all__ = ['TRAIN_FIELDS', 'TEST_FIELDS', 'SUB_KEYS', 'PAB_STATS', 'SPECIALS', 'MEAN', 'STD', 'PABError', 'read_pab', 'PABFolder',
-           'build_vocab', 'make_tokenizer', 'pab_tokenizer', 'PairTransform', 'PABTrainDataset', 'PABTestDataset',
-           'TrainCollate', 'split_stats', 'validate_pab', 'validate_cli']
+__all__ = ['TRAIN_FIELDS', 'COUNTERPART_FIELDS', 'TEST_FIELDS', 'SUB_KEYS', 'PAB_STATS', 'SPECIALS', 'MEAN', 'STD', 'PABError',
+           'read_pab', 'PABFolder', 'build_vocab', 'make_tokenizer', 'synthpab_vocab', 'pab_tokenizer', 'PairTransform',
+           'PABTrainDataset', 'PABTestDataset', 'TrainCollate', 'split_stats', 'validate_pab', 'validate_cli']
 
 # %% ../../nbs/04_pab.ipynb #62a25e51
 class PABError(ValueError):
     "A PAB folder or annotation file is not valid; the message names the file and the line or path."
 
-TRAIN_FIELDS = {'image': str, 'caption': str, 'image_id': str, 'hard_i': str, 'hard_c': str, 'hard_i_id': str, 'scene': str}
+TRAIN_FIELDS = {'image': str, 'caption': str, 'image_id': str, 'scene': str}
+COUNTERPART_FIELDS = {'hard_i': str, 'hard_c': str, 'hard_i_id': str}   # PAB's counterpart: all three or none
 TEST_FIELDS = {'image': str, 'caption': list, 'image_id': int, 'scene': str}
 SUB_KEYS = ('appearance', 'action', 'background')
 
@@ -33,6 +34,7 @@ def _check_record(r, kind: str, where: str) -> dict:
     "Validate one record of `kind` ('train' or 'test'); `where` is 'file:line' for messages."
     if not isinstance(r, dict): raise PABError(f"{where}: a record must be a JSON object, got {type(r).__name__}")
     fields = TRAIN_FIELDS if kind == 'train' else TEST_FIELDS
+    if kind == 'train' and any(k in r for k in COUNTERPART_FIELDS): fields = {**fields, **COUNTERPART_FIELDS}
     for k, t in fields.items():
         if k not in r: raise PABError(f"{where}: missing field {k!r} (a {kind} record needs {sorted(fields)})")
         if not isinstance(r[k], t) or (t is int and isinstance(r[k], bool)):
@@ -40,7 +42,7 @@ def _check_record(r, kind: str, where: str) -> dict:
     n = ('normal' in r) + ('anomaly' in r)
     if n != 1: raise PABError(f"{where}: a record needs exactly one of 'normal' / 'anomaly', found {n}")
     caps = [r['caption']] if kind == 'train' else r['caption']
-    if kind == 'train': caps = caps + [r['hard_c']]
+    if kind == 'train' and 'hard_c' in r: caps = caps + [r['hard_c']]
     if not caps: raise PABError(f"{where}: empty caption list")
     for c in caps:
         if not isinstance(c, str) or not c.strip(): raise PABError(f"{where}: empty caption")
@@ -136,13 +138,13 @@ class PABFolder:
         "Raise a PABError naming the first missing image, pose map or unresolved counterpart of `split`."
         recs, locs = self._read(split)
         for r, where in zip(show_progress(recs, progress), locs):
-            for rel in [r['image']] + (['train/' + r['hard_i']] if split == 'train' else []):
+            for rel in [r['image']] + (['train/' + r['hard_i']] if 'hard_i' in r else []):
                 if not self.image_path(rel).exists(): raise PABError(f"{where}: image not found: {self.image_path(rel)}")
                 if pose and not self.pose_path(rel).exists(): raise PABError(f"{where}: pose map not found: {self.pose_path(rel)}")
         if split == 'train':
             ids = {r['image_id'] for r in recs}
             for r, where in zip(recs, locs):
-                if r['hard_i_id'] not in ids:
+                if 'hard_i_id' in r and r['hard_i_id'] not in ids:
                     raise PABError(f"{where}: counterpart hard_i_id {r['hard_i_id']!r} is not the image_id of any training record")
 
 # %% ../../nbs/04_pab.ipynb #32999dcb
@@ -167,15 +169,19 @@ def make_tokenizer(vocab_file):
     if missing: raise PABError(f"{vocab_file}: vocabulary lacks the special tokens {missing}")
     return BertTokenizer(vocab={t: i for i, t in enumerate(tokens)}, do_lower_case=True)
 
+def synthpab_vocab() -> list[str]:
+    "The one vocabulary of every SynthPAB folder and of the pretraining corpus: `build_vocab` of the grammar's captions."
+    from tpas_nb.data.synth import grammar_captions
+    return build_vocab(grammar_captions())
+
 def pab_tokenizer(folder: PABFolder, vocab_file=None):
-    "The tokenizer of a PAB root: the given vocab, or (SynthPAB only) one built from its training captions, cached as vocab.txt."
+    "The tokenizer of a PAB root: the given vocab, or (SynthPAB only) `synthpab_vocab()`, cached as vocab.txt."
     if vocab_file: return make_tokenizer(vocab_file)
     cached = folder.root / 'vocab.txt'
     if not cached.exists():
         if not folder.synthetic:
             raise PABError(f"{folder.root}: real PAB needs a BERT vocabulary: pass the vocab.txt of bert-base-uncased (data.vocab)")
-        caps = [c for r in folder.records('train') for c in (r['caption'], r['hard_c'])]
-        cached.write_text('\n'.join(build_vocab(caps)) + '\n', encoding='utf-8')
+        cached.write_text('\n'.join(synthpab_vocab()) + '\n', encoding='utf-8')
     return make_tokenizer(cached)
 
 # %% ../../nbs/04_pab.ipynb #752ce0b6
@@ -221,10 +227,20 @@ class PABTrainDataset(Dataset):
         ids = {}
         for r in self.folder.records('train'): ids.setdefault(r['image_id'], len(ids))
         self.idx = [ids[r['image_id']] for r in self.records]
-        self.hard_idx = [ids.get(r['hard_i_id'], -1) for r in self.records]
+        self.hard_idx = [ids.get(r.get('hard_i_id'), -1) for r in self.records]
+        row = {r['image_id']: i for i, r in enumerate(self.records)}
+        self.partner = [row.get(r.get('hard_i_id'), -1) for r in self.records]    # the counterpart's position here, -1 if none
+        if counterparts: self.require_counterparts()
         self.has_decoupled = all('decoupled_caption' in r for r in self.records)
 
     def __len__(self): return len(self.records)
+
+    def require_counterparts(self):
+        "Raise a PABError naming the first record without a counterpart (hard_i, hard_c, hard_i_id) in this dataset."
+        bad = next((i for i, r in enumerate(self.records) if 'hard_i' not in r), None)
+        if bad is not None:
+            raise PABError(f"{self.folder.locations('train')[bad]}: the record has no counterpart (hard_i, hard_c, hard_i_id), which "
+                           "identity hard negatives (ihnm) need; train a method without ihnm on this corpus")
 
     def _pair(self, rel):
         img = _load_rgb(self.folder.image_path(rel))
@@ -233,7 +249,7 @@ class PABTrainDataset(Dataset):
 
     def __getitem__(self, i: int) -> dict:
         r = self.records[i]
-        out = dict(caption=r['caption'], idx=self.idx[i])
+        out = dict(caption=r['caption'], idx=self.idx[i], pos=i, partner_pos=self.partner[i])
         out['image'], pose = self._pair(r['image'])
         if self.pose: out['pose'] = pose
         if self.counterparts:
@@ -286,6 +302,8 @@ class TrainCollate:
         out = {k: torch.stack([it[k] for it in items]) for k in ('image', 'pose', 'hard_image', 'hard_pose') if k in items[0]}
         out['text_ids'], out['text_mask'] = self._tokens([it['caption'] for it in items])
         out['idx'] = torch.tensor([it['idx'] for it in items])
+        row = {it['pos']: r for r, it in enumerate(items)}                                   # dataset position -> batch row
+        out['partner'] = torch.tensor([row.get(it['partner_pos'], -1) for it in items])     # the counterpart's row, -1 if not in the batch
         if 'hard_caption' in items[0]:
             out['hard_text_ids'], out['hard_text_mask'] = self._tokens([it['hard_caption'] for it in items])
             out['hard_idx'] = torch.tensor([it['hard_idx'] for it in items])

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/01_synthpab.ipynb #43fae81d
 from __future__ import annotations
-import argparse, json, math, os, shutil, sys, time
+import argparse, json, math, os, re, shutil, sys, time
 from dataclasses import dataclass, asdict
 from io import BytesIO
 from multiprocessing import get_context
@@ -19,10 +19,11 @@ from .weather import WEATHERS, apply_weather
 
 # %% auto #0
 __all__ = ['COLOURS', 'HAIR_COLOURS', 'SKIN', 'TOPS', 'BOTTOMS', 'HAIR', 'ACCESSORIES', 'BUILDS', 'GENDERS', 'NORMAL_ACTIONS',
-           'ANOMALIES', 'SCENES', 'UCC_SCENES', 'LIMB_LEN', 'POSES', 'CAMERAS', 'SPLITS', 'TRAIN_CHUNK',
-           'SYNTHPAB_VERSION', 'Person', 'sample_person', 'pose_keypoints', 'draw_scene', 'Camera', 'render_person',
-           'appearance_phrase', 'make_caption', 'render_pair', 'make_synthpab', 'ensure_synthpab', 'show_pairs',
-           'synthpab_cli']
+           'ANOMALIES', 'SCENES', 'UCC_SCENES', 'PRETRAIN_SCENES', 'LIMB_LEN', 'POSES', 'CAMERAS', 'SPLITS',
+           'TRAIN_CHUNK', 'SYNTHPAB_VERSION', 'OOD_VARIANTS', 'PRETRAIN_ANOMALY_RATE', 'Person', 'sample_person',
+           'pose_keypoints', 'draw_scene', 'Camera', 'render_person', 'appearance_phrase', 'make_caption',
+           'grammar_captions', 'render_pair', 'make_synthpab', 'ensure_synthpab', 'make_test_variant', 'sample_camera',
+           'render_single', 'make_pretrain_corpus', 'ensure_pretrain_corpus', 'show_pairs', 'synthpab_cli']
 
 # %% ../../nbs/01_synthpab.ipynb #44e17d37
 COLOURS = {  # name: RGB
@@ -80,6 +81,12 @@ UCC_SCENES = {  # unseen: only in the out-of-distribution split
     'shop': ('inside a shop', 'in a store'),
     'corridor': ('in a corridor', 'in a hallway'),
     'forest path': ('on a forest path', 'in the woods'),
+}
+PRETRAIN_SCENES = {  # only in the pretraining corpus (the analogue of X-VLM's web data), never in a PAB-layout split
+    'plaza': ('in a plaza', 'on a paved square', 'in a town square'),
+    'tennis court': ('on a tennis court', 'at a tennis court'),
+    'riverside': ('by a river', 'on a riverbank', 'on the riverside'),
+    'bus stop': ('at a bus stop', 'next to a bus stop'),
 }
 
 # %% ../../nbs/01_synthpab.ipynb #c0aad322
@@ -275,8 +282,34 @@ def draw_scene(scene: str, size: int, rng: np.random.Generator) -> tuple[Image.I
             d.rectangle([x - S * .025, 0, x + S * .025, H + S * .05], fill=_jit((80, 55, 35), rng))
             d.ellipse([x - S * .1, -S * .05, x + S * .1, H * .6], fill=_jit((40, 90, 45), rng))
         d.polygon([(S * .35, H), (S * .65, H), (S * .9, S), (S * .1, S)], fill=_jit((150, 125, 90), rng))
+    elif scene == 'plaza':
+        band(0, H, (175, 200, 230)); band(H, S, (185, 175, 160))
+        for t in range(7):
+            x = S * (t + o) / 6
+            d.line([x, H, x + (x - S / 2) * .6, S], fill=(150, 140, 128), width=1)
+        for t in range(4):
+            y = H + (S - H) * ((t + o) / 4) ** 1.5
+            d.line([0, y, S, y], fill=(150, 140, 128), width=1)
+        d.ellipse([S * (.55 + .2 * o), H - S * .06, S * (.8 + .2 * o), H + S * .04], fill=_jit((120, 170, 210), rng))   # a fountain
+    elif scene == 'tennis court':
+        band(0, H, (150, 190, 235)); band(H, S, (60, 120, 170))
+        d.rectangle([S * .08, H + S * .06, S * .92, S * .98], outline=(245, 245, 245), width=max(1, S // 64))
+        d.line([S * (.3 + .4 * o), H + S * .06, S * (.3 + .4 * o), S * .98], fill=(245, 245, 245), width=max(1, S // 64))
+        d.rectangle([0, H - S * .08, S, H], fill=(40, 40, 40))                              # the net
+        for t in range(12): d.line([S * t / 12, H - S * .08, S * t / 12, H], fill=(120, 120, 120), width=1)
+    elif scene == 'riverside':
+        band(0, H - S * .1, (160, 200, 240)); band(H - S * .1, H + S * .04, _jit((50, 120, 160), rng)); band(H + S * .04, S, (110, 150, 70))
+        for t in range(4): d.line([S * (t / 4 + o / 4), H - S * .04, S * (t / 4 + o / 4) + S * .1, H - S * .04], fill=(200, 225, 240), width=1)
+        for t in range(3): d.ellipse([S * (t / 3 + o / 3), H - S * .2, S * (t / 3 + o / 3) + S * .14, H - S * .08], fill=_jit((60, 120, 60), rng))
+    elif scene == 'bus stop':
+        band(0, H, (195, 210, 225)); band(H, S, (90, 90, 95)); band(H, H + S * .08, (170, 165, 160))   # road and kerb
+        x = S * (.55 + .25 * o)
+        d.rectangle([x - S * .2, H - S * .28, x + S * .2, H + S * .05], outline=(70, 70, 80), width=max(1, S // 48))
+        d.rectangle([x - S * .18, H - S * .26, x + S * .18, H - S * .22], fill=_jit((40, 90, 170), rng))    # the shelter's roof sign
+        d.line([S * .12, H - S * .3, S * .12, H + S * .05], fill=(60, 60, 60), width=max(1, S // 48))
+        d.ellipse([S * .08, H - S * .34, S * .16, H - S * .26], fill=(220, 40, 40))                         # the stop sign
     else:
-        raise ValueError(f"unknown scene {scene!r}; valid scenes: {sorted(SCENES) + sorted(UCC_SCENES)}")
+        raise ValueError(f"unknown scene {scene!r}; valid scenes: {sorted(SCENES) + sorted(UCC_SCENES) + sorted(PRETRAIN_SCENES)}")
     return im, gy
 
 # %% ../../nbs/01_synthpab.ipynb #4f96a291
@@ -467,7 +500,7 @@ def make_caption(p: Person, action: str, scene: str, rng: np.random.Generator) -
     pick = lambda xs: xs[rng.integers(len(xs))]
     acts = NORMAL_ACTIONS.get(action) or ANOMALIES.get(action)
     if acts is None: raise ValueError(f"unknown action {action!r}; valid actions: {sorted(POSES)}")
-    places = SCENES.get(scene) or UCC_SCENES.get(scene)
+    places = SCENES.get(scene) or UCC_SCENES.get(scene) or PRETRAIN_SCENES.get(scene)
     if places is None: raise ValueError(f"unknown scene {scene!r}")
     app, act, bg = appearance_phrase(p, rng), pick(acts), pick(places)
     cap = lambda s: s[0].upper() + s[1:]
@@ -480,9 +513,16 @@ def make_caption(p: Person, action: str, scene: str, rng: np.random.Generator) -
         text += f' {pron} {pick(["is", "appears to be", "seems to be"])} {pick(others)}.'
     return text, {'appearance': app, 'action': act, 'background': bg}
 
+# %% ../../nbs/01_synthpab.ipynb #b2db7723
+def grammar_captions(n: int = 5000, seed: int = 0) -> list[str]:
+    "n captions drawn from the grammar: every action, every seen and pretraining scene, random people."
+    rng = np.random.default_rng([seed, 99])
+    actions, scenes = list(POSES), list(SCENES) + list(PRETRAIN_SCENES)
+    return [make_caption(sample_person(rng), actions[k % len(actions)], scenes[k % len(scenes)], rng)[0] for k in range(n)]
+
 # %% ../../nbs/01_synthpab.ipynb #fab660b2
 SPLITS = ('train', 'val', 'test', 'ucc')
-_SPLIT_CODE = {s: i for i, s in enumerate(SPLITS)}
+_SPLIT_CODE = {**{s: i for i, s in enumerate(SPLITS)}, 'pretrain': len(SPLITS)}   # the RNG stream of each split
 TRAIN_CHUNK = 10_000  # training pairs per imgs_<c> folder
 
 def _save_jpeg(im: Image.Image, path: Path, quality: int) -> bytes:
@@ -493,18 +533,21 @@ def _save_jpeg(im: Image.Image, path: Path, quality: int) -> bytes:
     path.write_bytes(data)
     return data
 
-def render_pair(root, split: str, i: int, seed: int = 0, image_size: int = 96, weather: bool = True) -> list[dict]:
+def render_pair(root, split: str, i: int, seed: int = 0, image_size: int = 96, weather: bool = True,
+                scenes: list[str] | None = None,   # the scenes to draw from (default: the split's); for diagnostic variants
+                camera: Camera | None = None,      # the camera (default: the split's); for diagnostic variants
+               ) -> list[dict]:
     "Render pair `i` of `split` (normal and anomalous image of one person in one scene) under `root`; return its two records."
     if split not in SPLITS: raise ValueError(f"unknown split {split!r}; valid splits: {SPLITS}")
     root = Path(root)
     rng = np.random.default_rng([seed, _SPLIT_CODE[split], i])
     person = sample_person(rng)
-    scenes = list(UCC_SCENES if split == 'ucc' else SCENES)
+    scenes = list(scenes or (UCC_SCENES if split == 'ucc' else SCENES))
     scene = scenes[rng.integers(len(scenes))]
     scene_seed = int(rng.integers(2**31))
     actions = {'normal': list(NORMAL_ACTIONS)[rng.integers(len(NORMAL_ACTIONS))],
                'anomaly': list(ANOMALIES)[rng.integers(len(ANOMALIES))]}
-    cam = CAMERAS[split]
+    cam = camera or CAMERAS[split]
     person_id = _SPLIT_CODE[split] * 10_000_000 + i
     out = []
     for kind, action in actions.items():
@@ -536,7 +579,7 @@ def render_pair(root, split: str, i: int, seed: int = 0, image_size: int = 96, w
     return [r for r, _ in out]
 
 # %% ../../nbs/01_synthpab.ipynb #77bcbdf9
-SYNTHPAB_VERSION = 1
+SYNTHPAB_VERSION = 2   # 2: one vocabulary for every SynthPAB folder (grammar_captions)
 
 def _pair_task(args): return render_pair(*args)
 
@@ -601,6 +644,107 @@ def ensure_synthpab(cache_dir, **kwargs) -> Path:
         if have == params and m.get('version') == SYNTHPAB_VERSION: return root
     if root.exists(): shutil.rmtree(root)  # an incomplete or different cache
     return make_synthpab(root, **params, **{k: v for k, v in kwargs.items() if k in ('workers', 'progress')})
+
+# %% ../../nbs/01_synthpab.ipynb #62a50900
+def _camera_mix(base: Camera, other: Camera, *fields: str) -> Camera:
+    "`base` with `fields` taken from `other`."
+    from dataclasses import replace
+    return replace(base, **{f: getattr(other, f) for f in fields})
+
+OOD_VARIANTS: dict[str, tuple[str, Camera]] = {   # name -> (scenes: 'seen' | 'ucc', camera)
+    'seen scenes, test camera': ('seen', CAMERAS['test']),
+    'unseen scenes, test camera': ('ucc', CAMERAS['test']),
+    'seen scenes, ucc camera': ('seen', CAMERAS['ucc']),
+    'unseen scenes, ucc camera (ucc)': ('ucc', CAMERAS['ucc']),
+    'seen scenes, ucc camera, test framing': ('seen', _camera_mix(CAMERAS['ucc'], CAMERAS['test'], 'height', 'shift', 'squash')),
+    'seen scenes, ucc camera, test colours': ('seen', _camera_mix(CAMERAS['ucc'], CAMERAS['test'], 'saturation', 'tint')),
+    'seen scenes, ucc camera, no time-stamp bar': ('seen', _camera_mix(CAMERAS['ucc'], CAMERAS['test'], 'cctv')),
+}
+
+def make_test_variant(out_dir, variant: str, pairs: int = 250, seed: int = 0, image_size: int = 96) -> Path:
+    "A test-format split of `pairs` test pairs rendered with the scenes and camera of OOD_VARIANTS[variant]; reused if present."
+    if variant not in OOD_VARIANTS: raise ValueError(f"unknown variant {variant!r}; valid: {list(OOD_VARIANTS)}")
+    root, meta = Path(out_dir), dict(name='SynthPAB variant', variant=variant, version=SYNTHPAB_VERSION, pairs=pairs, seed=seed, image_size=image_size)
+    if (root / 'synthpab.json').exists() and json.loads((root / 'synthpab.json').read_text()) == meta: return root
+    if root.exists(): shutil.rmtree(root)                                             # another variant, size or version
+    scenes, camera = OOD_VARIANTS[variant]
+    recs = [r for i in range(pairs) for r in render_pair(root, 'test', i, seed, image_size, weather=False,
+                                                          scenes=list(SCENES if scenes == 'seen' else UCC_SCENES), camera=camera)]
+    _write_jsonl(root / 'annotation/test/attr.json', recs)
+    (root / 'synthpab.json').write_text(json.dumps(meta))
+    return root
+
+# %% ../../nbs/01_synthpab.ipynb #04d21f17
+PRETRAIN_ANOMALY_RATE = 0.15   # share of anomalous actions in the pretraining corpus
+
+def sample_camera(rng: np.random.Generator) -> Camera:
+    "A camera of the pretraining corpus: framing and style drawn per image, never the ucc camera's bar."
+    lo = float(rng.uniform(0.56, 0.7))
+    return Camera(height=(lo, lo + 0.1), shift=float(rng.uniform(0.04, 0.16)), squash=float(rng.uniform(0.88, 1.0)),
+                  outline=bool(rng.random() < 0.3), blur=float(rng.uniform(0, 0.8)) if rng.random() < 0.5 else 0.0,
+                  noise=float(rng.uniform(0, 7)), saturation=float(rng.uniform(0.6, 1.15)),
+                  tint=tuple(float(t) for t in rng.uniform(0.92, 1.08, 3)), jpeg_quality=int(rng.integers(75, 93)))
+
+def render_single(root, i: int, seed: int = 0, image_size: int = 96, anomaly_rate: float = PRETRAIN_ANOMALY_RATE) -> dict:
+    "Render image `i` of the pretraining corpus (a new identity, one action, one scene, its own camera); return its record."
+    rng = np.random.default_rng([seed, _SPLIT_CODE['pretrain'], i])
+    person = sample_person(rng)
+    scenes = list(SCENES) + list(PRETRAIN_SCENES)
+    scene = scenes[rng.integers(len(scenes))]
+    kind, table = ('anomaly', ANOMALIES) if rng.random() < anomaly_rate else ('normal', NORMAL_ACTIONS)
+    action = list(table)[rng.integers(len(table))]
+    cam = sample_camera(rng)
+    im, kps = render_person(person, action, scene, int(rng.integers(2**31)), rng, image_size, cam)
+    text, _ = make_caption(person, action, scene, rng)
+    rel = f'train/imgs_{i // (2 * TRAIN_CHUNK)}/{i}.jpg'
+    _save_jpeg(im, Path(root) / rel, cam.jpeg_quality)
+    _save_jpeg(render_pose_map(kps, image_size), Path(root) / 'pose' / rel, 95)
+    return {'image': rel, 'caption': text, 'image_id': f'pt{i}', kind: action.capitalize(), 'scene': scene,
+            'person_id': _SPLIT_CODE['pretrain'] * 10_000_000 + i}
+
+
+# %% ../../nbs/01_synthpab.ipynb #3a7d2c8e
+def _single_task(args): return render_single(*args)
+
+def _run_tasks(fn, tasks: list, workers: int | None, progress: bool) -> list:
+    "fn over tasks in order, on a pool of `workers` processes (default: one per core, at most 8)."
+    workers = workers or min(os.cpu_count() or 1, 8)
+    if workers == 1: return [fn(t) for t in show_progress(tasks, progress)]
+    with get_context().Pool(workers) as pool:
+        return list(show_progress(pool.imap(fn, tasks, chunksize=32), progress, total=len(tasks)))
+
+def make_pretrain_corpus(out_dir, images: int = 100_000, val_pairs: int = 250, image_size: int = 96, seed: int = 0,
+                         anomaly_rate: float = PRETRAIN_ANOMALY_RATE, workers: int | None = None, progress: bool = True) -> Path:
+    "Generate the pretraining corpus (train) and SynthPAB's val split under `out_dir`; deterministic for `seed`."
+    if not isinstance(images, int) or images < 1: raise ValueError(f"images must be a positive int, got {images!r}")
+    if not 0 <= anomaly_rate <= 1: raise ValueError(f"anomaly_rate must be in [0, 1], got {anomaly_rate}")
+    root = Path(out_dir)
+    if root.exists() and any(root.iterdir()): raise ValueError(f"{root} is not empty; give a new folder")
+    root.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    train = _run_tasks(_single_task, [(str(root), i, seed, image_size, anomaly_rate) for i in range(images)], workers, progress)
+    for c in range(0, images, 2 * TRAIN_CHUNK):
+        _write_jsonl(root / f'annotation/train/attr_{c // (2 * TRAIN_CHUNK)}.json', train[c: c + 2 * TRAIN_CHUNK])
+    if val_pairs:
+        val = _run_tasks(_pair_task, [(str(root), 'val', i, seed, image_size, False) for i in range(val_pairs)], workers, False)
+        _write_jsonl(root / 'annotation/val/attr.json', [r for rs in val for r in rs])
+    meta = dict(name='SynthPAB-pretrain', version=SYNTHPAB_VERSION, seed=seed, image_size=image_size, images=images,
+                val_pairs=val_pairs, anomaly_rate=anomaly_rate, scenes=list(SCENES) + list(PRETRAIN_SCENES),
+                anomalies_written=sum('anomaly' in r for r in train), seconds=round(time.time() - t0, 1))
+    (root / 'synthpab.json').write_text(json.dumps(meta, indent=1))
+    return root
+
+def ensure_pretrain_corpus(cache_dir, images: int = 100_000, val_pairs: int = 250, image_size: int = 96, seed: int = 0,
+                           anomaly_rate: float = PRETRAIN_ANOMALY_RATE, workers: int | None = None, progress: bool = True) -> Path:
+    "Reuse the pretraining corpus in `cache_dir` if it was made with the same parameters, else generate it there."
+    root, want = Path(cache_dir), dict(images=images, val_pairs=val_pairs, image_size=image_size, seed=seed, anomaly_rate=anomaly_rate)
+    meta = root / 'synthpab.json'
+    if meta.exists():
+        m = json.loads(meta.read_text())
+        if m.get('version') == SYNTHPAB_VERSION and {k: m.get(k) for k in want} == want: return root
+    if root.exists(): shutil.rmtree(root)
+    return make_pretrain_corpus(root, **want, workers=workers, progress=progress)
+
 
 # %% ../../nbs/01_synthpab.ipynb #fb65d095
 def show_pairs(root, split: str = 'train', n: int = 4, chars: int = 90, figsize=None):

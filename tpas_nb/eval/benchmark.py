@@ -18,7 +18,8 @@ from ..train import atomic_write, build_run_method, load_weights, resolve_data_r
 # %% auto #0
 __all__ = ['METRICS', 'WEATHER_LABELS', 'WEIGHTS', 'PROTOCOL_NAMES', 'weather_split', 'ranking_name', 'k_list', 'weather_mean',
            'file_digest', 'texts_digest', 'cache_file', 'load_or_embed', 'run_files', 'resolve_splits',
-           'benchmark_protocols', 'benchmark_run', 'benchmark_table', 'summary_table', 'splits_table', 'plot_weather']
+           'benchmark_protocols', 'benchmark_run', 'benchmark_table', 'summary_table', 'splits_table', 'plot_weather',
+           'ood_factors']
 
 # %% ../../nbs/32_protocols.ipynb #489fa41f
 METRICS = ('R1', 'R5', 'R10', 'mAP', 'mINP')
@@ -272,3 +273,20 @@ def plot_weather(result: dict, metrics=('R1', 'mAP'), figsize=(11, 3.2)):
     fig.suptitle(f"multi-weather robustness of {result['method']} ({Path(result['run_dir']).name})", fontsize=9)
     fig.tight_layout()
     return fig
+
+# %% ../../nbs/32_protocols.ipynb #e88e8a8c
+def ood_factors(method, tokenizer, max_len: int, # a Method on `device`, its tokenizer and L
+                work_dir,               # where the variants are rendered once (reused afterwards)
+                pairs: int = 250,       # test pairs per variant (2 images each)
+                k_test: int = 32, batch_size: int = 64, device='cpu') -> 'pd.DataFrame':   # one row per variant
+    "R@1 and hard-pair accuracy, ITM re-ranked and by ITC alone, on each variant of OOD_VARIANTS."
+    import pandas as pd
+    from tpas_nb.data.synth import OOD_VARIANTS, make_test_variant
+    rows = {}
+    for k, name in enumerate(OOD_VARIANTS):
+        folder = PABFolder(make_test_variant(Path(work_dir) / f'variant{k}_{pairs}pairs', name, pairs))
+        ds = PABTestDataset(folder, 'test', img_size=method.backbone.img_size, pose=method.needs_pose)
+        r = evaluate(method, ds, tokenizer, max_len, k_test=k_test, batch_size=batch_size, device=device, progress=False)
+        rows[name] = {'R@1': r['all']['R1'], 'hard-pair %': r['hard_pair_acc'], 'R@1, ITC only': r['itc']['all']['R1'],
+                      'hard-pair %, ITC only': r['itc']['hard_pair_acc'], 'gallery': len(ds)}
+    return pd.DataFrame(rows).T

@@ -20,7 +20,7 @@ from ..methods.col import anchor_directions, direction_diversity
 __all__ = ['gradient_conflict', 'attraction_repulsion', 'conflict_rate', 'loss_volatility', 'gallery_margin',
            'anchor_direction_similarity', 'anchor_stats', 'positive_pair_distance', 'uniformity', 'score_function',
            'batch_conflict_rate', 'batch_diagnostics', 'embedding_diagnostics', 'write_diagnostics', 'run_diagnostics',
-           'counterpart_batches', 'diagnose_run']
+           'counterpart_batches', 'diagnose_run', 'linear_probe', 'action_of', 'action_probe']
 
 # %% ../../nbs/31_diagnostics.ipynb #dcae7166
 def gradient_conflict(grad_pos: Tensor, # B×F attraction gradients g⁺
@@ -271,3 +271,45 @@ def diagnose_run(run_dir,               # a run folder (train, or a grid run reu
     batches = [collate([train_ds[i] for i in b]) for b in counterpart_batches(train_ds, n_batches, persons, seed)]
     return {**run_diagnostics(run_dir, method, batches, test_ds, tok, max_len, window, log_dir=src), **extra}
 
+
+# %% ../../nbs/31_diagnostics.ipynb #78fdff38
+def linear_probe(train_x, train_y, test_x, test_y) -> float:
+    "Accuracy (%) on test of a multinomial logistic regression on standardised features, fitted on train."
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=3000))
+    return 100 * float(clf.fit(np.asarray(train_x), list(train_y)).score(np.asarray(test_x), list(test_y)))
+
+def action_of(record: dict) -> str: return record.get('normal') or record.get('anomaly')
+
+class _RecordImages(torch.utils.data.Dataset):
+    "The images (and pose maps) of a list of PAB records, as the gallery items of `embed_gallery`."
+    def __init__(self, folder, records, img_size: int, pose: bool):
+        from tpas_nb.data.pab import PairTransform
+        self.folder, self.records, self.pose, self.tf = folder, records, pose, PairTransform(img_size)
+    def __len__(self): return len(self.records)
+    def __getitem__(self, i):
+        from tpas_nb.data.pab import _load_rgb
+        rel = self.records[i]['image']
+        image, pose = self.tf(_load_rgb(self.folder.image_path(rel)), _load_rgb(self.folder.pose_path(rel)) if self.pose else None)
+        return dict(image=image, index=i, **({'pose': pose} if self.pose else {}))
+
+def action_probe(method, folder, tokenizer, max_len: int, # a Method, a PABFolder, its tokenizer and L
+                 n_train: int = 3000,      # training records the probes are fitted on (the first n)
+                 split: str = 'val',       # the split they are scored on (its images and their captions)
+                 batch_size: int = 128, device='cpu') -> dict:   # {'image', 'text', 'chance', 'n_train', 'n_test'}, in %
+    "Linear probes of the action on the method's global image and text features."
+    from tpas_nb.eval.retrieval import embed_gallery, embed_queries
+    train = folder.records('train')[:n_train]
+    test = folder.records(split)
+    texts = [(r['caption'] if isinstance(r['caption'], str) else r['caption'][0]) for r in test]
+    def feats(records, caps):
+        img = embed_gallery(method, _RecordImages(folder, records, method.backbone.img_size, method.needs_pose), batch_size, device, progress=False)
+        txt = embed_queries(method, caps, tokenizer, max_len, batch_size, device, progress=False)
+        return img['feat'].float().cpu(), txt['feat'].float().cpu()
+    (ti, tt), (vi, vt) = feats(train, [r['caption'] for r in train]), feats(test, texts)
+    y_train, y_test = [action_of(r) for r in train], [action_of(r) for r in test]
+    majority = max(set(y_train), key=y_train.count)
+    return dict(image=linear_probe(ti, y_train, vi, y_test), text=linear_probe(tt, y_train, vt, y_test),
+                chance=100 * y_test.count(majority) / len(y_test), n_train=len(train), n_test=len(test))

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn, Tensor
 
 from ..config import BackboneConfig, get_preset
-from ..models.encoders import Backbone
+from ..models.encoders import Backbone, GLOBAL_POOLS
 from ..models.pose import PoseBranch
 from ..objectives import (itc_loss, itc_similarity, sample_itm_negatives, build_itm_pairs, itm_loss,
                                 mask_tokens, mlm_loss)
@@ -29,11 +29,14 @@ class MethodConfig:
     "Switches of the shared X-VLM objectives, of CMP, and of the QC-Align plug-in (22_qcalign)."
     pose: bool = False              # CMP's pose-aware image encoder (PE): f_V = f_I + CA(f_P, f_I)
     ihnm: bool = False              # CMP's identity hard negatives: (I, T̃) and (Ĩ, T) as ITM negatives
-    global_pool: str = 'cls_avg'    # 'cls_avg' (paper: FC([AVG; CLS])) or 'stripes' (official code)
+    global_pool: str = ''           # '' = the backbone preset's; 'cls_avg' (paper: FC([AVG; CLS])), 'stripes' (official code) or 'grid' (tiny)
     embed_dim: int = 0              # E; 0 = the preset's (X-VLM: 256; official CMP code: 2048)
     label_smoothing: float = 0.2    # ITC label smoothing ε (official code 0.2)
     itm_weighting: str = 'mean'     # 'mean' over all ITM pairs (paper Eq. 1) or 'official' (mean per group, summed)
     mlm_prob: float = 0.25          # fraction of real tokens masked for MLM
+    itm_neg_temp: float = 0.0       # τ of the ITM negative draw ∝ softmax(s/τ); 0 = the learnt ITC τ (X-VLM)
+    itm_frac: float = 1.0           # share of the batch whose pairs enter ITM (negatives still drawn from all of it); 1 = all (papers)
+    mlm_frac: float = 1.0           # share of the batch's captions masked for MLM; 1 = all (papers)
     pose_heads: int = 8             # heads of the pose-aware cross-attention (official code: 8)
     loss_weights: dict = field(default_factory=lambda: {'itc': 1.0, 'itm': 1.0, 'mlm': 1.0, 'qct': None})  # L = Σ w_k L_k; 'qct': None = qct_weight
     qct_weight: float = 0.0         # QC-Align λ (22_qcalign; paper 0.5): adds λ·L_QCT to any method; 0 = off
@@ -49,8 +52,11 @@ class MethodConfig:
 
     def check(self):
         "Raise a ValueError on an invalid value."
-        if self.global_pool not in ('cls_avg', 'stripes'):
-            raise ValueError(f"global_pool must be 'cls_avg' or 'stripes', got {self.global_pool!r}")
+        if self.global_pool not in ('', *GLOBAL_POOLS):
+            raise ValueError(f"global_pool must be '' (the preset's) or one of {GLOBAL_POOLS}, got {self.global_pool!r}")
+        if not self.itm_neg_temp >= 0: raise ValueError(f"itm_neg_temp must be >= 0 (0: the learnt τ), got {self.itm_neg_temp}")
+        for k in ('itm_frac', 'mlm_frac'):
+            if not 0 < getattr(self, k) <= 1: raise ValueError(f"{k} must be in (0, 1], got {getattr(self, k)}")
         if self.itm_weighting not in ('mean', 'official'):
             raise ValueError(f"itm_weighting must be 'mean' or 'official', got {self.itm_weighting!r}")
         if not 0 <= self.label_smoothing < 1: raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
@@ -109,7 +115,7 @@ class Method(nn.Module):
         super().__init__()
         self.cfg, self.tokens = cfg.check(), tokens
         if cfg.embed_dim: backbone_cfg = dataclasses.replace(backbone_cfg, embed_dim=cfg.embed_dim)
-        self.backbone = Backbone(backbone_cfg, tokens.vocab_size, cfg.global_pool)
+        self.backbone = Backbone(backbone_cfg, tokens.vocab_size, cfg.global_pool or None)
         self.pose_branch = PoseBranch(self.backbone.vision_width, cfg.pose_heads, backbone_cfg.pose_hidden) if cfg.pose else None
 
     @property
@@ -145,10 +151,11 @@ class Method(nn.Module):
         img = self.image_tokens(batch['image'], batch.get('pose'))             # B×P×D_I
         txt = self.backbone.encode_text(ids, mask)                             # B×L×D_T
         img_feat, txt_feat = self.image_feature(img), self.text_feature(txt, mask)  # B×E, B×E
-        temp = self.backbone.temperature()
-        losses = {'itc': itc_loss(img_feat, txt_feat, idx, temp, self.cfg.label_smoothing),
-                  'itm': self.itm_loss(batch, img, txt, img_feat, txt_feat, temp),
-                  'mlm': self.mlm_loss(ids, mask, img)}
+        temp, w = self.backbone.temperature(), self.cfg.weights
+        terms = {'itc': lambda: itc_loss(img_feat, txt_feat, idx, temp, self.cfg.label_smoothing),
+                 'itm': lambda: self.itm_loss(batch, img, txt, img_feat, txt_feat, temp),
+                 'mlm': lambda: self.mlm_loss(ids, mask, img)}
+        losses = {k: f() for k, f in terms.items() if w[k]}                    # a zero weight: the term is not computed
         losses.update(self.extra_losses(batch, img, txt, img_feat, txt_feat))
         return self.weighted(losses)
 
@@ -162,26 +169,37 @@ class Method(nn.Module):
         return out
 
     def itm_loss(self, batch, img, txt, img_feat, txt_feat, temp) -> Tensor:
-        "ITM over positives, in-batch hard negatives and (with IHNM) the identity counterparts."
+        "ITM over positives, in-batch hard negatives and (with IHNM) the identity counterparts, for the first itm_frac of the batch."
         mask, idx = batch['text_mask'], batch['idx']
-        neg_img, neg_txt = sample_itm_negatives(itc_similarity(img_feat, txt_feat), idx, temp)
-        pairs = build_itm_pairs(neg_img, neg_txt, ihnm=self.cfg.ihnm)
+        neg_img, neg_txt = sample_itm_negatives(itc_similarity(img_feat, txt_feat), idx, self.cfg.itm_neg_temp or temp)
+        pairs = build_itm_pairs(neg_img, neg_txt, ihnm=self.cfg.ihnm).first(self._share(self.cfg.itm_frac, len(idx)))
         hard_img = hard_txt = hard_mask = None
-        if self.cfg.ihnm:
-            if 'hard_image' not in batch: raise ValueError("ihnm=True needs the counterparts 'hard_image' / 'hard_text_ids' in the batch")
-            hard_img = self.image_tokens(batch['hard_image'], batch.get('hard_pose'))            # B×P×D_I
-            L = max(mask.shape[1], batch['hard_text_mask'].shape[1])
-            txt, mask = pad_to(txt, L), pad_to(mask, L)
-            hard_mask = pad_to(batch['hard_text_mask'], L)
-            hard_txt = self.backbone.encode_text(pad_to(batch['hard_text_ids'], L, self.tokens.pad), hard_mask)
+        if self.cfg.ihnm: txt, mask, hard_img, hard_txt, hard_mask = self.counterparts(batch, img, txt, mask)
         fused = self.backbone.fuse(pairs.texts(txt, hard_txt), pairs.texts(mask, hard_mask),
                                    pairs.images(img, hard_img))                                  # N×L×D_T
         logits = self.backbone.itm_logits(fused)                                                 # N×2
         return itm_loss(logits, pairs.labels, pairs.group if self.cfg.itm_weighting == 'official' else None)
 
+    def counterparts(self, batch, img, txt, mask) -> tuple[Tensor, ...]:
+        "(txt, mask, Ĩ, T̃, mask of T̃): the loaded `hard_image` / `hard_text_ids`, else the partners of a paired batch."
+        if 'hard_image' not in batch:
+            p = batch.get('partner')
+            if p is None or not bool((p >= 0).all()):
+                raise ValueError("ihnm=True needs the counterparts: 'hard_image' / 'hard_text_ids', or a paired batch ('partner' >= 0)")
+            return txt, mask, img[p], txt[p], mask[p]                                            # both records of each person in the batch
+        hard_img = self.image_tokens(batch['hard_image'], batch.get('hard_pose'))                # B×P×D_I
+        L = max(mask.shape[1], batch['hard_text_mask'].shape[1])
+        hard_mask = pad_to(batch['hard_text_mask'], L)
+        hard_txt = self.backbone.encode_text(pad_to(batch['hard_text_ids'], L, self.tokens.pad), hard_mask)
+        return pad_to(txt, L), pad_to(mask, L), hard_img, hard_txt, hard_mask
+
+    @staticmethod
+    def _share(frac: float, B: int) -> int: return max(1, round(frac * B))
+
     def mlm_loss(self, ids: Tensor, mask: Tensor, img: Tensor) -> Tensor:
-        "Masked language modelling conditioned on the image tokens."
-        t = self.tokens
+        "Masked language modelling of the first mlm_frac of the captions, conditioned on their image tokens."
+        n = self._share(self.cfg.mlm_frac, len(ids))
+        ids, mask, img, t = ids[:n], mask[:n], img[:n], self.tokens
         masked, labels = mask_tokens(ids, mask, t.mask, t.vocab_size, t.special, self.cfg.mlm_prob)
         return mlm_loss(self.backbone.mlm_logits(masked, mask, img), labels)
 

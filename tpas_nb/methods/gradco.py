@@ -197,7 +197,9 @@ class GradCO(Method):
         self.intent_gate = nn.Linear(R * E, R) if cfg.hia_intent and R > 1 else None     # G^T_H
         if self.intent_gate is not None: init_bert_weights(self.intent_gate)
         if self.image_moe is not None: bb.vision_proj.requires_grad_(False)             # unused: f^I_s come from Proj_s
-        if self.text_moe is not None: bb.text_proj.requires_grad_(False)
+        if self.text_moe is not None:
+            bb.text_proj.requires_grad_(False)
+            if bb.text_pool is not None: bb.text_pool.requires_grad_(False)
         self.num_streams = R
 
     @property

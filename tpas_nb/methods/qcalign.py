@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
 
-from ..models.encoders import GLOBAL_POOLS
+from ..models.encoders import pool_parts
 
 # %% auto #0
 __all__ = ['SINKHORN_GRADS', 'SELF_MARGINALS', 'QCT_MARGINALS', 'QCT_ARMS', 'cosine_cost', 'transport_cost', 'SinkhornResult',
@@ -294,7 +294,7 @@ def project_tokens(head: nn.Module, # the global-feature head: nn.Linear ('cls_a
 
 def token_heads(backbone) -> tuple[Callable, Callable]:
     "The backbone's ITC heads as token-wise projections (image B×N×D_I -> B×N×E, text B×L×D_T -> B×L×E)."
-    img_parts, txt_parts = GLOBAL_POOLS[backbone.global_pool]
+    img_parts, txt_parts = pool_parts(backbone.global_pool, backbone.num_patches)
     return partial(project_tokens, backbone.vision_proj, img_parts), partial(project_tokens, backbone.text_proj, txt_parts)
 
 def word_mask(ids: Tensor,  # B×L token ids

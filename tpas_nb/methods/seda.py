@@ -137,8 +137,8 @@ class SeDAConfig(MethodConfig):
         if self.itm_sem_mining not in ('caption', 'anchor'):
             raise ValueError(f"itm_sem_mining must be 'caption' or 'anchor', got {self.itm_sem_mining!r}")
         if not self.fdl_tau > 0: raise ValueError(f"fdl_tau must be > 0, got {self.fdl_tau}")
-        if self.global_pool != 'cls_avg':
-            raise ValueError(f"SeDA replaces the global pooling by STP; global_pool={self.global_pool!r} would have no effect (leave 'cls_avg')")
+        if self.global_pool not in ('', 'cls_avg'):
+            raise ValueError(f"SeDA replaces the global pooling by STP; global_pool={self.global_pool!r} would have no effect (leave it unset)")
         return self
 
 # %% ../../nbs/21_seda.ipynb #a0163f5e
@@ -150,8 +150,9 @@ class SeDA(Method):
         super().__init__(backbone_cfg, tokens, cfg)
         bb, K = self.backbone, len(cfg.factors)
         E, d_i, d_t = bb.vision_proj.out_features, bb.vision_width, bb.text_width
-        if not getattr(cfg, 'qct_weight', 0):           # FC([AVG; CLS]) heads: replaced by STP's W_p; QC-Align,
-            bb.vision_proj = bb.text_proj = None        # when on, still projects tokens with them (22_qcalign)
+        bb.text_pool = None                             # the global heads are replaced by STP's W_p; QC-Align,
+        if not getattr(cfg, 'qct_weight', 0):           # when on, still projects tokens with them (22_qcalign)
+            bb.vision_proj = bb.text_proj = None
         self.image_stp = SemanticTokenProjection(d_i, d_i, E, K, cfg.stp_weighting, with_cls=False, num_heads=cfg.stp_heads)
         self.text_stp = SemanticTokenProjection(d_t, d_i, E, K, cfg.stp_weighting, with_cls=True, num_heads=cfg.stp_heads)
         self.factor_cols = [FACTORS.index(k) for k in cfg.factors]   # columns of batch['sub_text_ids']

@@ -16,9 +16,10 @@ from transformers.models.bert.modeling_bert import BertEmbeddings, BertLayer, Be
 from ..config import BackboneConfig, VisionConfig, TextConfig
 
 # %% auto #0
-__all__ = ['GLOBAL_POOLS', 'XVLM_UNEXPECTED', 'ImageEncoder', 'bert_config', 'padding_mask', 'cross_layer', 'init_bert_weights',
-           'TextEncoder', 'masked_mean', 'stripe_pool', 'pool_image', 'pool_text', 'global_head', 'itm_mlp', 'Backbone',
-           'LoadReport', 'xvlm_to_ours', 'load_xvlm_checkpoint', 'to_xvlm_state_dict']
+__all__ = ['GLOBAL_POOLS', 'XVLM_UNEXPECTED', 'PRETRAINED', 'ImageEncoder', 'bert_config', 'padding_mask', 'cross_layer',
+           'init_bert_weights', 'TextEncoder', 'pool_parts', 'AttentionPool', 'masked_mean', 'stripe_pool',
+           'pool_image', 'pool_text', 'global_head', 'itm_mlp', 'Backbone', 'LoadReport', 'xvlm_to_ours',
+           'load_xvlm_checkpoint', 'to_xvlm_state_dict', 'weights_dir', 'resolve_checkpoint', 'check_checkpoint_vocab']
 
 # %% ../../nbs/10_encoders.ipynb #f8dfefab
 class ImageEncoder(SwinTransformer):
@@ -92,7 +93,25 @@ class TextEncoder(nn.Module):
         return x
 
 # %% ../../nbs/10_encoders.ipynb #568f8c56
-GLOBAL_POOLS = {'cls_avg': (2, 2), 'stripes': (3, 4)}   # name -> (image parts, text parts) concatenated before the FC
+GLOBAL_POOLS = ('cls_avg', 'stripes', 'grid')
+
+def pool_parts(global_pool: str, num_patches: int) -> tuple[int, int]:
+    "(image parts, text parts): how many token-width vectors each global head's input concatenates."
+    return {'cls_avg': (2, 2), 'stripes': (3, 4), 'grid': (num_patches, 1)}[global_pool]
+
+class AttentionPool(nn.Module):
+    "Attention pooling with one learnt query q: Σ_i softmax_i(q·x̂_i/√D) x̂_i over the real tokens, x̂ = LN(x)."
+    def __init__(self, dim: int):
+        super().__init__()
+        self.query, self.norm = nn.Parameter(torch.randn(dim) * dim ** -0.5), nn.LayerNorm(dim)
+
+    def weights(self, x: Tensor, mask: Tensor) -> Tensor:
+        "B×N×D tokens, B×N mask -> B×N attention weights (0 on padding)."
+        logits = self.norm(x) @ self.query / x.shape[-1] ** 0.5                  # B×N
+        return logits.masked_fill(~mask.bool(), torch.finfo(logits.dtype).min).softmax(-1)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:   # B×N×D, B×N -> B×D
+        return torch.einsum('bn,bnd->bd', self.weights(x, mask), self.norm(x))
 
 def masked_mean(x: Tensor, # B×N×D
                 mask: Tensor, # B×N, 1 = real
@@ -114,20 +133,22 @@ def stripe_pool(x: Tensor, # B×N×D
     return torch.einsum('bkn,bnd->bkd', w / w.sum(-1, keepdim=True).clamp(min=1), x)
 
 def pool_image(img_tokens: Tensor, global_pool: str) -> Tensor:
-    "B×P×D_I -> B×(parts·D_I): [AVG(patches); CLS] or three stripes."
+    "B×P×D_I -> B×(parts·D_I): [AVG(patches); CLS], three stripes, or the whole patch grid in row-major order."
     cls, patches = img_tokens[:, 0], img_tokens[:, 1:]
     if global_pool == 'cls_avg': return torch.cat([patches.mean(1), cls], -1)
+    if global_pool == 'grid': return patches.flatten(1)
     return stripe_pool(patches).flatten(1)
 
-def pool_text(txt_tokens: Tensor, mask: Tensor, global_pool: str) -> Tensor:
-    "B×L×D_T -> B×(parts·D_T): [AVG(real tokens); CLS] or [CLS; three stripes]."
+def pool_text(txt_tokens: Tensor, mask: Tensor, global_pool: str, attention: AttentionPool | None = None) -> Tensor:
+    "B×L×D_T -> B×(parts·D_T): [AVG(real tokens); CLS], [CLS; three stripes], or attention pooling ('grid')."
+    if global_pool == 'grid': return attention(txt_tokens, mask)
     cls, rest, rest_mask = txt_tokens[:, 0], txt_tokens[:, 1:], mask[:, 1:]
     if global_pool == 'cls_avg': return torch.cat([masked_mean(rest, rest_mask), cls], -1)
     return torch.cat([cls, stripe_pool(rest, rest_mask).flatten(1)], -1)
 
 def global_head(global_pool: str, in_dim: int, embed_dim: int) -> nn.Module:
-    "The FC of the global feature: Linear ('cls_avg') or BN → Dropout(0.5) → Linear ('stripes')."
-    if global_pool == 'cls_avg': return nn.Linear(in_dim, embed_dim)
+    "The FC of the global feature: Linear ('cls_avg', 'grid') or BN → Dropout(0.5) → Linear ('stripes')."
+    if global_pool in ('cls_avg', 'grid'): return nn.Linear(in_dim, embed_dim)
     return nn.Sequential(nn.BatchNorm1d(in_dim), nn.Dropout(0.5), nn.Linear(in_dim, embed_dim))
 
 # %% ../../nbs/10_encoders.ipynb #0dfc033d
@@ -138,16 +159,19 @@ def itm_mlp(dim: int, out_dim: int = 2) -> nn.Sequential:
 # %% ../../nbs/10_encoders.ipynb #f47acb1d
 class Backbone(nn.Module):
     "The shared X-VLM backbone: Swin image encoder, BERT text + cross encoder, ITC/ITM/MLM heads."
-    def __init__(self, cfg: BackboneConfig, vocab_size: int, global_pool: str = 'cls_avg'):
+    def __init__(self, cfg: BackboneConfig, vocab_size: int, global_pool: str | None = None):
         super().__init__()
+        global_pool = global_pool or cfg.global_pool                     # None: the preset's pooling
         if global_pool not in GLOBAL_POOLS:
             raise ValueError(f"unknown global_pool {global_pool!r}; valid names: {sorted(GLOBAL_POOLS)}")
-        self.global_pool, (img_parts, txt_parts) = global_pool, GLOBAL_POOLS[global_pool]
+        self.global_pool, self.num_patches = global_pool, cfg.vision.num_patches
+        img_parts, txt_parts = pool_parts(global_pool, self.num_patches)
         d_img, d_txt = cfg.vision.width, cfg.text.hidden_size
         self.vision_encoder = ImageEncoder(cfg.vision)
         self.text_encoder = TextEncoder(cfg.text, vocab_size, vision_width=d_img)
         self.vision_proj = global_head(global_pool, img_parts * d_img, cfg.embed_dim)
         self.text_proj = global_head(global_pool, txt_parts * d_txt, cfg.embed_dim)
+        self.text_pool = AttentionPool(d_txt) if global_pool == 'grid' else None
         self.itm_head = itm_mlp(d_txt)
         self.temp = nn.Parameter(torch.tensor(float(cfg.temp)))
         self.vision_width, self.text_width, self.img_size = d_img, d_txt, cfg.vision.img_size
@@ -186,7 +210,7 @@ class Backbone(nn.Module):
 
     def text_global(self, txt_tokens: Tensor, mask: Tensor) -> Tensor:
         "B×L×D_T, B×L mask -> L2-normalised B×E."
-        return F.normalize(self.text_proj(pool_text(txt_tokens, mask, self.global_pool)), dim=-1)
+        return F.normalize(self.text_proj(pool_text(txt_tokens, mask, self.global_pool, self.text_pool)), dim=-1)
 
     def itm_logits(self, fused: Tensor) -> Tensor:
         "B×L×D_T cross-encoder output -> B×2 match logits from its [CLS]."
@@ -218,11 +242,12 @@ def xvlm_to_ours(state_dict: dict, model: Backbone) -> tuple[dict, list, list]:
         if _DROPPED.search(k): dropped.append(k); continue
         k = re.sub(r'^vision_encoder\.layers\.(\d+)\.downsample\.',
                    lambda m: f'vision_encoder.layers.{int(m[1]) + 1}.downsample.', k)
+        if k.split('.')[0] == 'text_pool' and getattr(model, 'text_pool', None) is None: dropped.append(k); continue
         if k.split('.')[0] in ('vision_proj', 'text_proj'):
             head = getattr(model, k.split('.')[0], None)
             if model.global_pool == 'stripes' or head is None: dropped.append(k); continue   # no such head (e.g. SeDA's STP replaces it)
             ours = head.weight
-            if k.endswith('.weight') and v.dim() == 2 and 2 * v.shape[1] == ours.shape[1]:
+            if model.global_pool == 'cls_avg' and k.endswith('.weight') and v.dim() == 2 and 2 * v.shape[1] == ours.shape[1]:
                 v = torch.cat([torch.zeros_like(v), v], 1); converted.append(k)   # [0 | W] on [AVG; CLS]
         out[k] = v
     return out, converted, dropped
@@ -231,9 +256,12 @@ def _outside(keys, patterns): return [k for k in keys if not any(fnmatch.fnmatch
 
 def load_xvlm_checkpoint(model: Backbone, path, allow_missing: tuple = (),
                          allow_unexpected: tuple = XVLM_UNEXPECTED) -> LoadReport:
-    "Load a local X-VLM-style `.th/.pth` into `model`, mapping keys explicitly and asserting shapes."
+    "Load a local X-VLM-style `.th/.pth` (or `.safetensors`) into `model`, mapping keys explicitly and asserting shapes."
     path = Path(path)
-    raw = torch.load(path, map_location='cpu', weights_only=True)
+    if path.suffix == '.safetensors':
+        from safetensors.torch import load_file
+        raw = load_file(str(path))
+    else: raw = torch.load(path, map_location='cpu', weights_only=True)
     sd = raw.get('model', raw) if isinstance(raw, dict) else None
     if not isinstance(sd, dict): raise ValueError(f"{path}: expected a state dict (optionally under 'model'), got {type(raw).__name__}")
     mapped, converted, dropped = xvlm_to_ours(sd, model)
@@ -261,14 +289,45 @@ def load_xvlm_checkpoint(model: Backbone, path, allow_missing: tuple = (),
 
 # %% ../../nbs/10_encoders.ipynb #fe38b4cd
 def to_xvlm_state_dict(model: Backbone) -> dict:
-    "This backbone's weights in X-VLM's checkpoint layout (projections: the [CLS] half only)."
+    "This backbone's weights in X-VLM's checkpoint layout (projections of 'cls_avg': the [CLS] half only)."
     out = {}
     buffers = {k: v for k, v in model.named_buffers() if _DROPPED.search(k)}   # X-VLM stores these
     for k, v in {**model.state_dict(), **buffers}.items():
         if k.split('.')[0] in ('vision_proj', 'text_proj'):
             if model.global_pool == 'stripes': continue
-            if k.endswith('.weight'): v = v[:, v.shape[1] // 2:]
+            if k.endswith('.weight') and model.global_pool == 'cls_avg': v = v[:, v.shape[1] // 2:]
         k = re.sub(r'^vision_encoder\.layers\.(\d+)\.downsample\.',
                    lambda m: f'vision_encoder.layers.{int(m[1]) - 1}.downsample.', k)
         out[k] = v.clone()
     return out
+PRETRAINED = {'tiny': 'xvlm_tiny_synthpab.safetensors'}   # preset -> the checkpoint shipped in tpas_nb/weights (42_pretrain)
+
+def weights_dir() -> Path:
+    "tpas_nb/weights: the checkpoints that ship with the package, with their provenance."
+    from importlib.resources import files
+    return Path(str(files('tpas_nb'))) / 'weights'
+
+def resolve_checkpoint(name: str, # 'pretrained' (the preset's shipped checkpoint) or a local path
+                       preset: str) -> Path:
+    "The file of an `init_checkpoint`."
+    if name == 'pretrained':
+        if preset not in PRETRAINED:
+            raise ValueError(f"no pretrained checkpoint ships for preset {preset!r} (only for {sorted(PRETRAINED)}): "
+                             "give the path of an X-VLM checkpoint, or '' to train from scratch")
+        path = weights_dir() / PRETRAINED[preset]
+        if not path.exists(): raise FileNotFoundError(f"{path}: the shipped checkpoint is missing; regenerate it with tpas_pretrain (42_pretrain)")
+        return path
+    path = Path(name).expanduser()
+    if not path.exists(): raise FileNotFoundError(f"init_checkpoint {path} not found")
+    return path
+
+def check_checkpoint_vocab(path, vocab: list[str]):
+    "If a vocabulary lies beside the checkpoint (<stem>.vocab.txt), the run's tokenizer must have exactly it: word ids must mean the same."
+    side = Path(path).with_suffix('.vocab.txt')
+    if not side.exists(): return
+    want = side.read_text(encoding='utf-8').splitlines()
+    if want != list(vocab):
+        first = next((i for i, (a, b) in enumerate(zip(want, vocab)) if a != b), min(len(want), len(vocab)))
+        raise ValueError(f"{path} was trained with the vocabulary {side} ({len(want)} tokens) but this run's tokenizer has "
+                         f"{len(vocab)} tokens, first difference at id {first}; use that vocab.txt (data.vocab) or init_checkpoint ''")
+

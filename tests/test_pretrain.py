@@ -1,0 +1,59 @@
+"""The shipped pretrained checkpoint: its files agree with their provenance, it loads through the same path as an X-VLM
+checkpoint into every method, and (slow) the command that made it regenerates its first epoch with the same val metrics."""
+import json, logging, os, subprocess, sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tpas_nb.data.pab import synthpab_vocab
+from tpas_nb.methods import METHODS, build_method
+from tpas_nb.models.encoders import load_xvlm_checkpoint, resolve_checkpoint
+from tpas_nb.pretrain import checkpoint_paths, corpus_dir, PRETRAIN_CORPUS
+from tpas_nb.train import _sha256
+
+REPO = Path(__file__).resolve().parents[1]
+PATHS = checkpoint_paths()
+PROV = json.loads(PATHS['provenance'].read_text()) if PATHS['provenance'].exists() else None
+needs_ckpt = pytest.mark.skipif(PROV is None, reason='no shipped checkpoint (run tpas_pretrain)')
+
+
+@needs_ckpt
+def test_files_match_their_provenance():
+    assert _sha256(PATHS['weights']) == PROV['sha256'] and _sha256(PATHS['vocab']) == PROV['vocab_sha256']
+    assert PATHS['vocab'].read_text().splitlines() == synthpab_vocab()          # the vocabulary of every SynthPAB folder
+    assert PATHS['weights'].stat().st_size < 8 * 2**20                          # a few MiB
+    assert PROV['config']['init_checkpoint'] == '' and PROV['config']['method'] == 'xvlm'   # pretrained from scratch
+    assert resolve_checkpoint('pretrained', 'tiny') == PATHS['weights']
+
+
+@needs_ckpt
+@pytest.mark.parametrize('method', sorted(METHODS))
+def test_loads_into_every_method(method):
+    "Every backbone key of every method comes from the checkpoint (SeDA and GradCO replace the global heads)."
+    m = build_method(method, vocab_size=len(synthpab_vocab()))
+    rep = load_xvlm_checkpoint(m.backbone, PATHS['weights'])
+    assert rep.missing == [] and rep.converted == [], rep
+    assert rep.unexpected == []
+    dropped = {k.split('.')[0] for k in rep.dropped if not k.endswith(('relative_position_index', 'attn_mask', 'position_ids'))}
+    assert dropped <= {'vision_proj', 'text_proj', 'text_pool'}, dropped          # only heads the method replaces
+
+
+@needs_ckpt
+@pytest.mark.slow
+def test_the_command_regenerates_the_first_epoch(tmp_path):
+    """`tpas_pretrain` run again for its first epoch (the same configuration; --stop-after one epoch) gives the val
+    numbers recorded in the provenance at that step, to 0.5 points of R@1 / mAP / hard-pair (float order on another
+    machine or thread count may move a few queries; on the machine that made it the numbers were identical)."""
+    first = PROV['val_curve'][0]
+    cfg = PROV['config']
+    env = dict(os.environ, OMP_NUM_THREADS=str(PROV['threads']))
+    r = subprocess.run(['tpas_pretrain', '--out-dir', str(tmp_path / 'run'), '--dest', str(tmp_path / 'w'), '--no-progress',
+                        '--threads', str(PROV['threads']), '--stop-after', str(first['step'])],
+                       capture_output=True, text=True, cwd=REPO, env=env, timeout=4 * 3600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    state = torch.load(tmp_path / 'run' / 'state.pt', weights_only=True)
+    val = state['val_history'][0]
+    assert val['step'] == first['step']
+    for k in ('R1', 'mAP', 'hard_pair_acc'): assert abs(val[k] - first[k]) <= 0.5, (k, val[k], first[k])
+    assert corpus_dir() and json.loads((corpus_dir() / 'synthpab.json').read_text())['images'] == PRETRAIN_CORPUS['images']
