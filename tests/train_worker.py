@@ -35,6 +35,7 @@ def main():
                 if state['epoch'] >= a.kill_after_epoch and state['micro'] == 0: os.kill(os.getpid(), signal.SIGKILL)
             T.save_state = save_then_die
         T.train(config, progress=False, method=toy(config) if a.toy else None)
+        T.close_process_group()
     else:
         from accelerate import Accelerator
         config = load_config(os.path.join(a.path, 'config.yaml'))
@@ -42,6 +43,7 @@ def main():
         res = T.evaluate_run(a.path, splits=('test', 'ucc', 'val'), method=toy(config) if a.toy else None, accelerator=acc)
         if acc is None or acc.is_main_process:
             with open(a.out, 'w') as f: json.dump(dict(res, world_size=acc.num_processes if acc else 1), f)
+        T.close_process_group()
 
 
 if __name__ == '__main__':

@@ -24,7 +24,7 @@ __all__ = ['NORM_LAYERS', 'SCHEDULES', 'RESUMABLE_CHANGES', 'no_decay_ids', 'par
            'load_weights', 'rng_state', 'set_rng_state', 'save_state', 'load_state', 'synth_params', 'synth_cache_dir',
            'resolve_data_root', 'ToyEmbedding', 'ToyBackbone', 'ToyMethod', 'config_changes', 'make_accelerator',
            'run_backbone', 'build_run_method', 'train', 'plot_loss_curves', 'example_queries', 'run_examples',
-           'save_plots', 'evaluate_run', 'train_cli']
+           'save_plots', 'evaluate_run', 'close_process_group', 'train_cli']
 
 # %% ../nbs/40_training.ipynb #aad30838
 NORM_LAYERS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm)
@@ -640,6 +640,11 @@ def evaluate_run(run_dir,                          # a folder written by `train`
     return {s: _eval(method, folder, s, tok, config, accelerator, progress, k_test) for s in splits}
 
 # %% ../nbs/40_training.ipynb #156951a6
+def close_process_group():
+    "End a multi-process command cleanly: all ranks meet, then leave torch.distributed (a rank that exits with gloo's threads alive can abort: 'terminate called without an active exception')."
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized(): dist.barrier(); dist.destroy_process_group()
+
 def train_cli(argv=None):
     "`python -m tpas_nb.train config.yaml [--out-dir DIR] [--no-progress]`: train and evaluate one run."
     ap = argparse.ArgumentParser(prog='python -m tpas_nb.train', description='Train and evaluate one tpas_nb run.')
@@ -650,6 +655,7 @@ def train_cli(argv=None):
     config = load_config(a.config)
     if a.out_dir: config = replace(config, out_dir=a.out_dir)
     out = train(config, progress=not a.no_progress)
+    close_process_group()
     print(out)
 
 if __name__ == '__main__' and '__file__' in globals(): train_cli()
