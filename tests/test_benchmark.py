@@ -87,3 +87,30 @@ def test_papermill_no_weights(smoke_run, tmp_path):
     shutil.copy(smoke_run / 'config.yaml', bad / 'config.yaml')
     r = papermill(tmp_path / 'x.ipynb', '-p', 'run_dir', bad, '-p', 'progress', False)
     assert r.returncode != 0 and 'no best.safetensors' in r.stdout + r.stderr, r.stderr[-3000:]
+
+
+def test_benchmark_on_another_pab_folder(smoke_run, tmp_path):
+    """A SynthPAB-trained run evaluated on another PAB-layout folder, which is not SynthPAB and has another vocab.txt (or
+    none), uses the run's own tokenizer: captions with words the run never saw are split into pieces, characters it never saw
+    become [UNK], and the numbers on the copied test split are those on the original."""
+    from tpas_nb.eval.benchmark import benchmark_run
+    from tpas_nb.runs import Run
+    src = Path(json.loads((smoke_run / 'metrics.json').read_text())['data_root'])
+    other = tmp_path / 'pab'
+    shutil.copytree(src, other)
+    (other / 'synthpab.json').unlink()                                       # a real-PAB-like folder: no vocabulary is built for it
+    ref = benchmark_run(smoke_run, splits='test', k_tests=4, progress=False, device='cpu', recompute=True)
+    for vocab in ('[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nzebra\n', None):
+        if vocab is None: (other / 'vocab.txt').unlink()
+        else: (other / 'vocab.txt').write_text(vocab)
+        res = benchmark_run(smoke_run, splits='test', k_tests=4, progress=False, device='cpu', data_root=str(other))
+        assert res['data_root'] == str(other) and not res['synthetic']
+        assert res['splits']['test']['rankings'] == ref['splits']['test']['rankings']
+    ann = other / 'annotation' / 'test' / 'attr.json'                        # the test split's JSON lines
+    recs = [json.loads(l) for l in ann.read_text().splitlines() if l.strip()]
+    for r in recs: r['caption'] = [c + ' with a zebra-striped 象 scarf' for c in r['caption']]
+    ann.write_text(''.join(json.dumps(r) + '\n' for r in recs))
+    res = benchmark_run(smoke_run, splits='test', k_tests=4, progress=False, device='cpu', data_root=str(other))
+    assert res['splits']['test']['n_queries'] == ref['splits']['test']['n_queries']
+    tok = Run(smoke_run).tokenizer
+    assert '[UNK]' in tok.tokenize(recs[0]['caption'][0]) and len(tok.vocab) == len(Run(smoke_run, data_root=str(other)).tokenizer.vocab)

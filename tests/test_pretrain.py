@@ -10,7 +10,7 @@ from tpas_nb.data.pab import synthpab_vocab
 from tpas_nb.methods import METHODS, build_method
 from tpas_nb.models.encoders import load_xvlm_checkpoint, resolve_checkpoint
 from tpas_nb.pretrain import checkpoint_paths, corpus_dir, PRETRAIN_CORPUS
-from tpas_nb.train import _sha256
+from tpas_nb.runs import file_digest as _sha256
 
 REPO = Path(__file__).resolve().parents[1]
 PATHS = checkpoint_paths()

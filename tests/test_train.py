@@ -156,3 +156,9 @@ def test_sharded_evaluation_is_exact(cache, tmp_path):
     for split in ('test', 'ucc', 'val'):
         assert one[split]['n_gallery'] % 8, 'a gallery that does not split evenly into 2 processes × batches of 4'
     assert no_seconds(one) == no_seconds(two)
+
+
+def test_parameters_cell_lists_every_switch():
+    "The method switches of 90_train's parameters cell are those of the registered method configs (.ci/make_params.py)."
+    r = run(sys.executable, REPO / '.ci' / 'make_params.py', '--check')
+    assert r.returncode == 0, r.stderr + r.stdout

@@ -7,22 +7,25 @@ import argparse, json, os, signal
 import torch
 torch.set_num_threads(1)          # the same arithmetic in every process and every test
 import tpas_nb.train as T
+from tpas_nb.runs import resolve_data_root
+from tpas_nb.eval.benchmark import evaluate_run
+from toy_method import ToyMethod
 from tpas_nb.config import load_config
 from tpas_nb.data.pab import PABFolder, pab_tokenizer
 
 
 def toy(config):
     "The trainer's stand-in method, with the same initial weights in every process."
-    tok = pab_tokenizer(PABFolder(T.resolve_data_root(config.data, progress=False)))
+    tok = pab_tokenizer(PABFolder(resolve_data_root(config.data, progress=False)))
     torch.manual_seed(config.seed)
-    return T.ToyMethod(len(tok))
+    return ToyMethod(len(tok))
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('mode', choices=['train', 'eval'])
     ap.add_argument('path', help='config YAML (train) or run folder (eval)')
-    ap.add_argument('--toy', action='store_true', help='use tpas_nb.train.ToyMethod instead of config.method')
+    ap.add_argument('--toy', action='store_true', help='use tests/toy_method.ToyMethod instead of config.method')
     ap.add_argument('--kill-after-epoch', type=int, default=0, help='SIGKILL this process right after that epoch is checkpointed')
     ap.add_argument('--out', default='', help='eval: where rank 0 writes the metrics')
     a = ap.parse_args()
@@ -40,7 +43,7 @@ def main():
         from accelerate import Accelerator
         config = load_config(os.path.join(a.path, 'config.yaml'))
         acc = Accelerator(cpu=True) if int(os.environ.get('WORLD_SIZE', '1')) > 1 else None
-        res = T.evaluate_run(a.path, splits=('test', 'ucc', 'val'), method=toy(config) if a.toy else None, accelerator=acc)
+        res = evaluate_run(a.path, splits=('test', 'ucc', 'val'), method=toy(config) if a.toy else None, accelerator=acc)
         if acc is None or acc.is_main_process:
             with open(a.out, 'w') as f: json.dump(dict(res, world_size=acc.num_processes if acc else 1), f)
         T.close_process_group()

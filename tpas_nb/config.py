@@ -10,9 +10,9 @@ from pathlib import Path
 import yaml
 
 # %% auto #0
-__all__ = ['PRESETS', 'PROFILES', 'FLAT_ALIASES', 'VisionConfig', 'TextConfig', 'BackboneConfig', 'get_preset', 'DataConfig',
-           'OptimConfig', 'RunConfig', 'to_dict', 'from_dict', 'save_config', 'load_config', 'flat_path', 'from_flat',
-           'progress']
+__all__ = ['PRESETS', 'PROFILES', 'FLAT_ALIASES', 'SWITCHES', 'VisionConfig', 'TextConfig', 'BackboneConfig', 'get_preset',
+           'DataConfig', 'OptimConfig', 'RunConfig', 'to_dict', 'from_dict', 'save_config', 'load_config',
+           'register_switches', 'flat_path', 'from_flat', 'progress']
 
 # %% ../nbs/00_config.ipynb #55b62538
 @dataclass
@@ -102,7 +102,7 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    "AdamW and the learning-rate schedule (PAPERS.md §1)."
+    "AdamW and the learning-rate schedule of CMP (§5, Appendix B.1), with the official code's betas and options."
     lr: float = 1e-4                # peak learning rate
     lr_min: float = 1e-5            # end of the linear decay
     warmup_steps: int = 500         # linear warm-up
@@ -193,6 +193,12 @@ FLAT_ALIASES = {   # flat parameter -> dotted RunConfig path, where the field's 
     'random_erasing': 'data.random_erasing', 'hflip': 'data.hflip',
     **{k: f'optim.{k}' for k in ('lr', 'lr_min', 'warmup_steps', 'weight_decay', 'schedule', 'lr_mult_new', 'grad_clip')}}
 
+SWITCHES: dict[str, type] = {}   # method switch -> the config dataclass that declares it; filled by each method's registration (20_base)
+
+def register_switches(cfg_cls: type):
+    "Make the fields of a method's (or a regulariser's) config dataclass known as flat parameters."
+    for f in fields(cfg_cls): SWITCHES.setdefault(f.name, cfg_cls)
+
 def flat_path(name: str) -> str | None:
     "The dotted RunConfig path of a flat parameter; None for a method switch."
     if name in FLAT_ALIASES: return FLAT_ALIASES[name]
@@ -201,7 +207,7 @@ def flat_path(name: str) -> str | None:
 def from_flat(profile: str = 'cpu', # a key of PROFILES
               **flat,                # flat parameters (None: the profile's value)
              ) -> RunConfig:
-    "The RunConfig of `profile` with flat parameters put in place (lr_min follows lr); unknown names become method switches."
+    "The RunConfig of `profile` with flat parameters put in place (lr_min follows lr; out_dir '' = runs/<method>_seed<seed>)."
     if profile not in PROFILES: raise ValueError(f"unknown profile {profile!r}; valid profiles: {sorted(PROFILES)}")
     d = json.loads(json.dumps(PROFILES[profile]))
     o = d.get('optim', {})
@@ -210,10 +216,17 @@ def from_flat(profile: str = 'cpu', # a key of PROFILES
     for k, v in flat.items():
         if v is None: continue
         path = flat_path(k)
-        if path is None: d.setdefault('method_args', {})[k] = v
+        if path is None:
+            if SWITCHES and k not in SWITCHES:
+                raise ValueError(f"unknown parameter {k!r}: not a run, data or optimiser field and not a method switch; "
+                                 f"run fields: {sorted(FLAT_ALIASES) + sorted(f.name for f in fields(RunConfig))}; switches: {sorted(SWITCHES)}")
+            d.setdefault('method_args', {})[k] = v
         elif '.' in path: d.setdefault(path.split('.')[0], {})[path.split('.')[1]] = v
         else: d[path] = v
-    return from_dict(RunConfig, d, where=f'profile {profile!r}')
+    cfg = from_dict(RunConfig, d, where=f'profile {profile!r}')
+    return replace(cfg, out_dir=f'runs/{cfg.method}_seed{cfg.seed}') if flat.get('out_dir') == '' else cfg
+
+RunConfig.from_flat = staticmethod(from_flat)
 
 # %% ../nbs/00_config.ipynb #36148aef
 def progress(it, enabled: bool = True, total: int | None = None, leave: bool = False):

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['itc_similarity', 'itc_targets', 'itc_loss', 'sample_itm_negatives', 'ItmPairs', 'build_itm_pairs', 'itm_loss',
-           'mask_tokens', 'mlm_loss']
+__all__ = ['INFONCE_DIRECTIONS', 'itc_similarity', 'itc_targets', 'info_nce', 'itc_loss', 'sample_itm_negatives', 'ItmPairs',
+           'build_itm_pairs', 'itm_loss', 'mask_tokens', 'mlm_loss']
 
 # %% ../nbs/12_objectives.ipynb #90f3173e
 def _shape(t) -> tuple:
@@ -50,6 +50,30 @@ def itc_targets(idx:Tensor,                 # B integer ids; equal id = same ima
     pos = (idx[:, None] == idx[None, :]).float()                     # B×B, P_ij
     return (1 - label_smoothing) * pos / pos.sum(1, keepdim=True) + label_smoothing / idx.shape[0]
 
+# %% ../nbs/12_objectives.ipynb #8086ad24
+INFONCE_DIRECTIONS = ('both', 'rows', 'cols')
+
+def info_nce(sim:Tensor,                 # N×N similarities s_ij; row i and column i are a pair
+             temp:Tensor|float,          # τ > 0, scalar
+             idx:Tensor|None=None,       # N ids; all entries with the same id are positives; None = the diagonal
+             label_smoothing:float=0.0,  # ε of the target distribution Q
+             direction:str='both',       # 'both' (mean of the two terms), 'rows' (softmax over each row) or 'cols'
+            ) -> Tensor:                 # scalar
+    "InfoNCE of a similarity matrix over τ with id-based positives and label smoothing: the one contrastive loss."
+    if direction not in INFONCE_DIRECTIONS:
+        raise ValueError(f"info_nce: unknown direction {direction!r}; valid: {INFONCE_DIRECTIONS}")
+    if sim.ndim != 2 or sim.shape[0] != sim.shape[1]:
+        raise ValueError(f"info_nce: sim must be N×N (row i and column i a pair), got {_shape(sim)}")
+    if idx is None: idx = torch.arange(sim.shape[0], device=sim.device)
+    if idx.shape != sim.shape[:1]:
+        raise ValueError(f"info_nce: idx must have shape ({sim.shape[0]},) to match sim {_shape(sim)}, got {_shape(idx)}")
+    logits = sim / _as_temp(temp, sim)                                       # N×N, s_ij/τ
+    q = itc_targets(idx, label_smoothing).to(logits)                         # N×N, Q_ij (symmetric)
+    def ce(x): return -(q * x.log_softmax(dim=1)).sum(1).mean()              # soft-target cross-entropy of x's rows
+    if direction == 'rows': return ce(logits)
+    if direction == 'cols': return ce(logits.t())                           # Qᵀ = Q
+    return (ce(logits) + ce(logits.t())) / 2
+
 # %% ../nbs/12_objectives.ipynb #8ed4d899
 def itc_loss(img_feat:Tensor,             # B×E image global features (normalised here)
              txt_feat:Tensor,             # B×E text global features of the paired captions
@@ -57,18 +81,11 @@ def itc_loss(img_feat:Tensor,             # B×E image global features (normalis
              temp:Tensor|float,           # τ > 0, scalar (the model's learnable temperature)
              label_smoothing:float=0.2,   # ε of the target distribution (0 = none)
             ) -> Tensor:                  # scalar, mean of the i2t and t2i cross-entropies
-    "Symmetric image-text contrastive loss with id-based positives and label smoothing."
+    "Symmetric image-text contrastive loss with id-based positives and label smoothing: `info_nce` of the cosines."
     if img_feat.ndim != 2 or img_feat.shape != txt_feat.shape:
         raise ValueError(f"itc_loss: img_feat and txt_feat must both be B×E, "
                          f"got img_feat {_shape(img_feat)} and txt_feat {_shape(txt_feat)}")
-    if idx.shape != img_feat.shape[:1]:
-        raise ValueError(f"itc_loss: idx must have shape ({img_feat.shape[0]},) to match img_feat "
-                         f"{_shape(img_feat)}, got {_shape(idx)}")
-    logits = itc_similarity(img_feat, txt_feat) / _as_temp(temp, img_feat)   # B×B, s_ij/τ
-    q = itc_targets(idx, label_smoothing).to(logits)                          # B×B, Q_ij
-    loss_i2t = -(q * logits.log_softmax(dim=1)).sum(1).mean()                 # rows: image → texts
-    loss_t2i = -(q * logits.t().log_softmax(dim=1)).sum(1).mean()             # rows: text → images
-    return (loss_i2t + loss_t2i) / 2
+    return info_nce(itc_similarity(img_feat, txt_feat), temp, idx, label_smoothing)   # rows: image → texts (i2t); checks idx
 
 # %% ../nbs/12_objectives.ipynb #3e778365
 def sample_itm_negatives(sim_i2t:Tensor,    # B×B similarities s(I_i, T_j), e.g. `itc_similarity(img_feat, txt_feat)`

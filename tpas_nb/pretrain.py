@@ -14,7 +14,8 @@ from .config import RunConfig, DataConfig, OptimConfig, BackboneConfig, PROFILES
 from .data.synth import ensure_pretrain_corpus, PRETRAIN_ANOMALY_RATE, SYNTHPAB_VERSION
 from .data.pab import PABFolder, pab_tokenizer
 from .models.encoders import PRETRAINED, weights_dir, to_xvlm_state_dict
-from .train import train, build_run_method, load_weights, atomic_write, resolve_data_root, _sha256
+from .train import train
+from .runs import build_run_method, load_weights, atomic_write, resolve_data_root, file_digest
 
 # %% auto #0
 __all__ = ['PRETRAIN_CORPUS', 'PRETRAIN_RECIPE', 'RECIPE_TRIALS', 'corpus_dir', 'pretrain_config', 'corpus_digest', 'loss_curve',
@@ -92,7 +93,7 @@ def export_checkpoint(run_dir,             # a finished pretraining run folder
     atomic_write(paths['vocab'], lambda p: p.write_text('\n'.join(vocab) + '\n', encoding='utf-8'))
     B = metrics['train']['global_batch']
     prov = dict(command=command, config=to_dict(config), seed=config.seed, selected_step=step, samples_seen=metrics['train']['samples'],
-                sha256=_sha256(paths['weights']), vocab_sha256=_sha256(paths['vocab']), size_bytes=paths['weights'].stat().st_size,
+                sha256=file_digest(paths['weights']), vocab_sha256=file_digest(paths['vocab']), size_bytes=paths['weights'].stat().st_size,
                 val_curve=[dict(h, samples=h['step'] * B) for h in metrics['val_history']], selection=metrics['selection'],
                 loss_curve=loss_curve(run_dir / 'log.jsonl', B),
                 train=metrics['train'], parameters=metrics['parameters'], torch=torch.__version__, python=platform.python_version(),

@@ -13,81 +13,39 @@ from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from .config import RunConfig, load_config
-from .data.pab import PABError, PABFolder, PairTransform, make_tokenizer, pab_tokenizer
+from .data.pab import PABError, PABFolder, PairTransform
 from .eval.retrieval import embed_gallery, embed_queries, rank, similarity
-from .train import atomic_write, build_run_method, load_weights, run_backbone, synth_cache_dir
+from .runs import Run, RunError, atomic_write, synth_cache_dir
 
 # %% auto #0
-__all__ = ['WEIGHT_FILES', 'IMAGE_EXTS', 'CACHE_DIR', 'POSE_DIR', 'CACHE_VERSION', 'SearchError', 'run_weights', 'run_key',
-           'run_vocab', 'load_run', 'find_images', 'read_image', 'GalleryFolder', 'pose_folder', 'image_signatures',
-           'read_cache', 'Searcher', 'plot_results', 'explorer', 'search_cli']
+__all__ = ['IMAGE_EXTS', 'CACHE_DIR', 'POSE_DIR', 'CACHE_VERSION', 'SearchError', 'run_key', 'load_run', 'find_images',
+           'read_image', 'GalleryFolder', 'pose_folder', 'image_signatures', 'read_cache', 'Searcher', 'plot_results',
+           'explorer', 'search_cli']
 
 # %% ../nbs/50_search.ipynb #c7bbaee7
 class SearchError(Exception):
     "A run folder, image folder, pose folder or query that cannot be searched; the message names the file and the fix."
 
 # %% ../nbs/50_search.ipynb #b2b75934
-WEIGHT_FILES = ('best.safetensors', 'checkpoint.safetensors')   # in order of preference
-
-def run_weights(run_dir) -> Path:
-    "The weights file of a run folder: best.safetensors, else checkpoint.safetensors."
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir(): raise SearchError(f"{run_dir}: run folder not found")
-    if not (run_dir / 'config.yaml').exists():
-        raise SearchError(f"{run_dir}: no config.yaml: not a run folder written by tpas_nb.train (90_train / python -m tpas_nb.train)")
-    for name in WEIGHT_FILES:
-        if (run_dir / name).exists(): return run_dir / name
-    raise SearchError(f"{run_dir}: no checkpoint ({' or '.join(WEIGHT_FILES)}); a run writes its first one at the end of "
-                      "its first epoch (or after checkpoint_every steps)")
-
-def run_key(run_dir) -> str:
-    "16 hex digits of sha1(config.yaml, weights): the run's identity in the embedding cache."
-    h = hashlib.sha1()
-    for p in (Path(run_dir) / 'config.yaml', run_weights(run_dir)):
-        with open(p, 'rb') as f:
-            for block in iter(lambda: f.read(1 << 20), b''): h.update(block)
-    return h.hexdigest()[:16]
-
-def run_vocab(run_dir, config: RunConfig) -> Path:
-    "The run's vocab.txt: RUN/vocab.txt, data.vocab, or the data root's (copied into the run folder)."
-    run_dir = Path(run_dir)
-    own = run_dir / 'vocab.txt'
-    if own.exists(): return own
-    if config.data.vocab:
-        v = Path(config.data.vocab).expanduser()
-        v = v / 'vocab.txt' if v.is_dir() else v
-        if v.exists(): return v
-        raise SearchError(f"{run_dir}: the run's vocabulary {v} (data.vocab in config.yaml) is missing; copy it to {own}")
-    root = Path(config.data.root).expanduser() if config.data.root else synth_cache_dir(config.data)
-    src = root / 'vocab.txt'
-    if not src.exists() and (root / 'synthpab.json').exists(): pab_tokenizer(PABFolder(root))   # builds SynthPAB's vocab.txt
-    if not src.exists():
-        raise SearchError(f"{run_dir}: the tokenizer vocabulary the run was trained with is missing: no {own}, and the run's data "
-                          f"root {root} {'has no vocab.txt' if root.is_dir() else 'no longer exists'}. Copy that vocab.txt to {own}, "
-                          "or regenerate the data root with the run's parameters "
-                          "(tpas_nb.train.resolve_data_root(tpas_nb.config.load_config('RUN/config.yaml').data)).")
-    try: atomic_write(own, lambda p: shutil.copyfile(src, p))             # the run folder becomes self-sufficient
-    except OSError: return src                                            # a read-only run folder: use the data root's
-    return own
+def run_key(run: Run) -> str:
+    "16 hex digits of the SHA-256 of the run's weights (`Run.digest`): the run's identity in the embedding cache."
+    return run.digest('auto')[:16]
 
 # %% ../nbs/50_search.ipynb #6938e1cd
 def load_run(run_dir, device='cpu') -> tuple:
-    "(config, tokenizer, method in eval mode on `device`, weights path) of a run folder."
-    run_dir = Path(run_dir)
-    weights = run_weights(run_dir)
-    try: config = load_config(run_dir / 'config.yaml')
-    except Exception as e: raise SearchError(f"{run_dir / 'config.yaml'}: cannot read the run configuration: {e}") from None
-    try: tok = make_tokenizer(run_vocab(run_dir, config))
-    except PABError as e: raise SearchError(str(e)) from None
-    method = build_run_method(config, tok, run_dir)
-    try: load_weights(method, weights)
+    "(Run, method in eval mode on `device`, weights path) of a run folder: best.safetensors, else checkpoint.safetensors."
+    try:
+        run = Run(run_dir)
+        weights, config, tok = run.weights('auto'), run.config, run.tokenizer
+    except (RunError, PABError) as e: raise SearchError(str(e)) from None
+    except Exception as e: raise SearchError(f"{Path(run_dir) / 'config.yaml'}: cannot read the run configuration: {e}") from None
+    try: method = run.load_method('auto', device)
     except (ValueError, RuntimeError) as e:
         first = str(e).strip().splitlines()
         raise SearchError(f"{weights}: does not fit the {config.method!r} model that config.yaml ({config.preset!r} preset) and the run's "
                           f"vocabulary build today ({' '.join(first[:3])[:400]}); was the run trained with another version of the "
                           "preset or the method's code?") from None
-    return config, tok, method.to(device).eval(), weights
+    return run, method, weights
 
 # %% ../nbs/50_search.ipynb #22085a89
 IMAGE_EXTS = ('.jpg', '.jpeg', '.png', '.webp')
@@ -188,8 +146,8 @@ class Searcher:
                 ):
         if str(device).startswith('cuda') and not torch.cuda.is_available(): raise SearchError(f"device {device!r}: no CUDA device here")
         self.run_dir, self.device, self.batch_size, self.progress = Path(run_dir), torch.device(device), batch_size, progress
-        self.config, self.tokenizer, self.method, self.weights = load_run(self.run_dir, self.device)
-        self.key, self.max_len = run_key(self.run_dir), run_backbone(self.config, self.run_dir).text.max_len
+        self.run, self.method, self.weights = load_run(self.run_dir, self.device)
+        self.config, self.tokenizer, self.max_len, self.key = self.run.config, self.run.tokenizer, self.run.max_len, run_key(self.run)
         self.folder = self.pose_dir = self.gallery = self.cache_file = None
         self.paths, self.n_embedded = [], 0
 
@@ -241,7 +199,7 @@ Searcher.index = _index
 def _search(self: Searcher,
             queries,                # a caption, or a list of Q captions
             topk: int = 5,          # images returned per query
-            k_test: int = 128,      # images re-ranked by ITM per query (PAPERS.md §1; 0 = ITC only)
+            k_test: int = 128,      # images re-ranked by ITM per query (CMP: 128; 0 = ITC only)
            ):                       # pandas DataFrame, Q·min(topk, G) rows, ranked per query
     "The top `topk` images of the indexed folder for each query: ITC over all, ITM re-ranking of the top `k_test`."
     import pandas as pd

@@ -4,27 +4,27 @@
 
 # %% ../nbs/40_training.ipynb #d0ae63e2
 from __future__ import annotations
-import argparse, contextlib, copy, hashlib, json, math, os, random, sys, time
-from dataclasses import replace
+import argparse, contextlib, copy, json, math, random, sys, time
+from dataclasses import dataclass, field, fields, asdict, replace
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+from fastcore.basics import patch
 from torch import nn, Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from .config import RunConfig, DataConfig, OptimConfig, BackboneConfig, get_preset, save_config, load_config, to_dict
-from .objectives import itc_loss
+from .config import RunConfig, OptimConfig, BackboneConfig, get_preset, save_config, load_config, to_dict
+from .runs import Run, atomic_write, file_digest, save_weights, load_weights, resolve_data_root, run_backbone
+from .eval.benchmark import evaluate_split
 
 # %% auto #0
 __all__ = ['NORM_LAYERS', 'SCHEDULES', 'RESUMABLE_CHANGES', 'no_decay_ids', 'param_groups', 'build_optimizer', 'lr_factor',
-           'build_scheduler', 'epoch_permutation', 'micro_batches', 'SeededItems', 'atomic_write', 'save_weights',
-           'load_weights', 'rng_state', 'set_rng_state', 'save_state', 'load_state', 'synth_params', 'synth_cache_dir',
-           'resolve_data_root', 'ToyEmbedding', 'ToyBackbone', 'ToyMethod', 'config_changes', 'make_accelerator',
-           'run_backbone', 'build_run_method', 'train', 'plot_loss_curves', 'example_queries', 'run_examples',
-           'save_plots', 'evaluate_run', 'close_process_group', 'train_cli']
+           'build_scheduler', 'epoch_permutation', 'micro_batches', 'SeededItems', 'rng_state', 'set_rng_state',
+           'save_state', 'load_state', 'config_changes', 'make_accelerator', 'val_summary', 'better', 'TrainState',
+           'Callback', 'progress_line', 'Trainer', 'CancelFit', 'ResumeCB', 'LogCB', 'ValidateCB', 'StopAfterCB',
+           'CheckpointCB', 'ProgressCB', 'FinalEvalCB', 'run_metrics', 'train', 'plot_loss_curves', 'example_queries',
+           'run_examples', 'save_plots', 'close_process_group', 'train_cli']
 
 # %% ../nbs/40_training.ipynb #aad30838
 NORM_LAYERS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm)
@@ -138,33 +138,6 @@ class SeededItems(Dataset):
             return self.dataset[i]
 
 # %% ../nbs/40_training.ipynb #ae77ab8f
-def atomic_write(path, write) -> Path:
-    "Call `write(tmp_path)`, then rename the temporary file over `path` (no partial file is ever at `path`)."
-    path = Path(path)
-    tmp = path.with_name(f'.{path.name}.tmp{os.getpid()}')
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists(): tmp.unlink()
-    return path
-
-def save_weights(model: nn.Module, path, step: int) -> Path:
-    "Write `model`'s state dict to a safetensors file (tied tensors once), atomically."
-    from safetensors.torch import save_model
-    return atomic_write(path, lambda p: save_model(model, str(p), metadata={'step': str(step)}))
-
-def load_weights(model: nn.Module, path) -> int:
-    "Load a `save_weights` file into `model` (strict); returns the step stored with it."
-    from safetensors import safe_open
-    from safetensors.torch import load_model
-    path = Path(path)
-    if not path.exists(): raise FileNotFoundError(f"{path}: weights file not found")
-    missing, unexpected = load_model(model, str(path), strict=False)
-    if missing or unexpected:
-        raise ValueError(f"{path}: does not fit this model: missing {sorted(missing)[:8]}, unexpected {sorted(unexpected)[:8]}")
-    with safe_open(str(path), 'pt') as f: return int((f.metadata() or {}).get('step', -1))
-
 def rng_state() -> dict:
     "The RNG states of python, numpy, torch (CPU) and CUDA of this process, as plain lists and numbers."
     s = np.random.get_state()
@@ -189,94 +162,6 @@ def save_state(path, state: dict) -> Path:
 def load_state(path) -> dict:
     "Read a `save_state` file with `weights_only=True`."
     return torch.load(Path(path), map_location='cpu', weights_only=True)
-
-# %% ../nbs/40_training.ipynb #615e7606
-def synth_params(data: DataConfig) -> dict:
-    "`ensure_synthpab` keyword arguments of a DataConfig."
-    return dict(train_pairs=data.synth_train_pairs, val_pairs=data.synth_val_pairs, test_pairs=data.synth_test_pairs,
-                ucc_pairs=data.synth_ucc_pairs, image_size=data.synth_image_size, weather=data.synth_weather, seed=data.synth_seed)
-
-def synth_cache_dir(data: DataConfig) -> Path:
-    "Where the SynthPAB of these parameters lives: <cache>/synthpab_<hash of parameters and generator version>."
-    from tpas_nb.data.synth import SYNTHPAB_VERSION
-    base = Path(data.cache_dir or os.environ.get('TPAS_NB_CACHE') or Path.home() / '.cache' / 'tpas_nb').expanduser()
-    key = json.dumps(dict(synth_params(data), version=SYNTHPAB_VERSION), sort_keys=True)
-    return base / f"synthpab_{hashlib.sha1(key.encode()).hexdigest()[:10]}"
-
-@contextlib.contextmanager
-def _file_lock(path: Path):
-    "An exclusive advisory lock on `path` (no-op where fcntl is missing)."
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try: import fcntl
-    except ImportError: yield; return
-    with open(path, 'w') as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try: yield
-        finally: fcntl.flock(f, fcntl.LOCK_UN)
-
-def resolve_data_root(data: DataConfig, progress: bool = True) -> Path:
-    "The PAB root of a run: `data.root`, or the cached SynthPAB (generated on first use)."
-    if data.root:
-        root = Path(data.root).expanduser()
-        if not root.is_dir(): raise FileNotFoundError(f"data.root {root} is not a folder")
-        return root
-    from tpas_nb.data.synth import ensure_synthpab
-    root = synth_cache_dir(data)
-    with _file_lock(root.with_name(root.name + '.lock')):
-        return ensure_synthpab(root, **synth_params(data), progress=progress)
-
-# %% ../nbs/40_training.ipynb #aedccc00
-class ToyEmbedding(NamedTuple):
-    "feat (N×E, L2-normalised), tokens (N×T×E), mask (N×T)."
-    feat: Tensor
-    tokens: Tensor
-    mask: Tensor
-
-class ToyBackbone(nn.Module):
-    "Patch and word embeddings, projections and a learnable temperature."
-    def __init__(self, vocab_size: int, img_size: int = 32, embed_dim: int = 16, temp: float = 0.07):
-        super().__init__()
-        self.img_size = img_size
-        self.patch = nn.Conv2d(3, embed_dim, kernel_size=img_size // 4, stride=img_size // 4)
-        self.word = nn.Embedding(vocab_size, embed_dim)
-        self.norm = nn.LayerNorm(embed_dim)
-        self.img_proj, self.txt_proj = nn.Linear(embed_dim, embed_dim), nn.Linear(embed_dim, embed_dim)
-        self.temp = nn.Parameter(torch.tensor(float(temp)))
-
-    def temperature(self) -> Tensor: return self.temp.clamp(0.001, 0.5)
-
-class ToyMethod(nn.Module):
-    "The smallest Method (CONTRACTS.md): ITC on pooled patch and word embeddings; for testing the trainer."
-    needs_pose, needs_counterparts = False, False
-    def __init__(self, vocab_size: int, img_size: int = 32, embed_dim: int = 16, dropout: float = 0.0):
-        super().__init__()
-        self.backbone, self.drop = ToyBackbone(vocab_size, img_size, embed_dim), nn.Dropout(dropout)
-
-    def embed_images(self, image: Tensor, pose: Tensor | None = None) -> ToyEmbedding:
-        "G×3×H×W -> feat G×E, tokens G×17×E ([mean] + 16 patches)."
-        b = self.backbone
-        x = b.norm(self.drop(b.patch(image).flatten(2).transpose(1, 2)))             # G×16×E
-        x = torch.cat([x.mean(1, keepdim=True), x], 1)                               # G×17×E
-        return ToyEmbedding(F.normalize(b.img_proj(x[:, 0]), dim=-1), x, torch.ones(x.shape[:2], dtype=torch.long, device=x.device))
-
-    def embed_texts(self, ids: Tensor, mask: Tensor) -> ToyEmbedding:
-        "Q×L ids -> feat Q×E, tokens Q×L×E."
-        b = self.backbone
-        x = b.norm(self.drop(b.word(ids)))                                           # Q×L×E
-        m = mask.unsqueeze(-1).to(x.dtype)
-        return ToyEmbedding(F.normalize(b.txt_proj((x * m).sum(1) / m.sum(1)), dim=-1), x, mask)
-
-    def itm_scores(self, txt_tokens: Tensor, txt_mask: Tensor, img_tokens: Tensor, img_mask: Tensor | None = None) -> Tensor:
-        "N pairs -> N cosine scores of the mean text token and the pooled image token."
-        m = txt_mask.unsqueeze(-1).to(txt_tokens.dtype)
-        return F.cosine_similarity((txt_tokens * m).sum(1) / m.sum(1), img_tokens[:, 0], dim=-1)
-
-    def forward(self, batch: dict) -> dict:
-        "{'loss_itc', 'loss'} of one batch."
-        img = self.embed_images(batch['image'])
-        txt = self.embed_texts(batch['text_ids'], batch['text_mask'])
-        loss = itc_loss(img.feat, txt.feat, batch['idx'], self.backbone.temperature(), label_smoothing=0.0)
-        return {'loss_itc': loss, 'loss': loss}
 
 # %% ../nbs/40_training.ipynb #50f9b8a7
 RESUMABLE_CHANGES = ('device', 'mixed_precision', 'k_test', 'eval_batch', 'val_every', 'checkpoint_every', 'out_dir',
@@ -303,16 +188,6 @@ def make_accelerator(config: RunConfig):
     AcceleratorState._reset_state(reset_partial_state=False)    # a new run in the same process may change precision
     return Accelerator(cpu=cpu, mixed_precision=mp)
 
-def run_backbone(config: RunConfig, run_dir=None) -> BackboneConfig:
-    "The backbone of a run: `run_dir/backbone.yaml` (the preset as it was when the run started) if present, else the preset."
-    p = Path(run_dir) / 'backbone.yaml' if run_dir is not None else None
-    return load_config(p, BackboneConfig) if p is not None and p.exists() else get_preset(config.preset)
-
-def build_run_method(config: RunConfig, tokenizer, run_dir=None) -> nn.Module:
-    "The method of `config` (by name, backbone and switches) for this tokenizer; a run folder's own backbone wins over the preset."
-    from tpas_nb.methods import build_method
-    return build_method(config.method, preset=run_backbone(config, run_dir), tokenizer=tokenizer, **config.method_args)
-
 def _trainable(m) -> int: return sum(p.numel() for p in m.parameters() if p.requires_grad)
 
 def _peak_memory_mib() -> dict:
@@ -327,45 +202,52 @@ def _init_checkpoint(method, config: RunConfig, tok, out: Path, write: bool) -> 
     from tpas_nb.models.encoders import load_xvlm_checkpoint, resolve_checkpoint, check_checkpoint_vocab
     if not hasattr(method, 'backbone'): raise ValueError("init_checkpoint needs a method with a .backbone (tpas_nb.models.encoders.Backbone)")
     path = resolve_checkpoint(config.init_checkpoint, config.preset)
-    check_checkpoint_vocab(path, [t for t, _ in sorted(tok.vocab.items(), key=lambda kv: kv[1])])
+    check_checkpoint_vocab(path, _vocab_list(tok))
     report = load_xvlm_checkpoint(method.backbone, path)
     loaded = {id(method.backbone.get_parameter(k)) for k in report.matched + report.converted
               if k in dict(method.backbone.named_parameters(remove_duplicate=False))}
     if write:
         rep = asdict(report)
         atomic_write(out / 'init_report.json', lambda p: p.write_text(json.dumps(
-            dict(checkpoint=str(path), sha256=_sha256(path), counts={k: len(v) for k, v in rep.items()}, **rep), indent=1)))
+            dict(checkpoint=str(path), sha256=file_digest(path), counts={k: len(v) for k, v in rep.items()}, **rep), indent=1)))
     return {id(p) for p in method.parameters()} - loaded
 
-def _sha256(path) -> str:
-    h = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for chunk in iter(lambda: f.read(1 << 20), b''): h.update(chunk)
-    return h.hexdigest()
+def _vocab_list(tok) -> list[str]:
+    "The tokenizer's vocabulary in id order."
+    return [t for t, _ in sorted(tok.vocab.items(), key=lambda kv: kv[1])]
 
 
 # %% ../nbs/40_training.ipynb #ec00fa89
-def _max_len(config: RunConfig) -> int: return get_preset(config.preset).text.max_len
-
-def _eval(method, folder, split: str, tok, config: RunConfig, accelerator, progress: bool, k_test: int | None = None) -> dict:
-    "Retrieval metrics of one split (tpas_nb.eval.retrieval.evaluate)."
-    from tpas_nb.data.pab import PABTestDataset
-    from tpas_nb.eval.retrieval import evaluate
-    ds = PABTestDataset(folder, split, img_size=method.backbone.img_size, pose=method.needs_pose)
-    multi = accelerator is not None and accelerator.num_processes > 1
-    return evaluate(method, ds, tok, _max_len(config), k_test=config.k_test if k_test is None else k_test,
-                    batch_size=config.eval_batch, device=accelerator.device if accelerator else 'cpu',
-                    progress=progress, accelerator=accelerator if multi else None)
-
-def _val_summary(r: dict) -> dict:
+def val_summary(r: dict) -> dict:
     "The val numbers kept per evaluation: the 'all' metrics and hard-pair accuracy, re-ranked and by ITC alone."
     return dict(r['all'], hard_pair_acc=r.get('hard_pair_acc'), itc_R1=r['itc']['all']['R1'], itc_hard_pair_acc=r['itc'].get('hard_pair_acc'))
 
-def _better(new: dict, best: dict | None) -> bool:
+def better(new: dict, best: dict | None) -> bool:
     "Model selection: higher val R@1, ties broken by higher val mAP."
     return best is None or (new['R1'], new['mAP']) > (best['R1'], best['mAP'])
 
 # %% ../nbs/40_training.ipynb #79bfd0cd
+@dataclass
+class TrainState:
+    "What a run continues from when it is resumed (saved in state.pt with the optimiser, schedule and RNG states)."
+    step: int = 0                    # optimiser updates made
+    epoch: int = 0                   # epochs finished
+    micro: int = 0                   # micro-batches of the current epoch consumed (resume mid-epoch)
+    best: dict | None = None         # val numbers of the selected weights (`val_summary`)
+    best_step: int | None = None     # the step they were selected at
+    best_val: dict | None = None     # the full val evaluation of the selected weights
+    val_history: list = field(default_factory=list)   # one `val_summary` per evaluation, with epoch and step
+    train_seconds: float = 0.0
+    val_seconds: float = 0.0
+    samples: int = 0                 # training pairs seen
+    done: bool = False               # trained to the end: only the final evaluation is left
+
+class Callback:
+    "A participant of `Trainer.fit`: a method per event (`before_fit`, `before_epoch`, `after_step`, `after_fit`), run by `order`."
+    order = 0
+    main_only = False                # run on the main process only
+
+# %% ../nbs/40_training.ipynb #86cd7118
 def _log_lines(path: Path, upto: int | None = None) -> list[dict]:
     "Records of log.jsonl (those with step <= `upto`)."
     if not path.exists(): return []
@@ -374,191 +256,283 @@ def _log_lines(path: Path, upto: int | None = None) -> list[dict]:
 
 def _hms(s: float) -> str: return f"{int(s // 3600)}:{int(s % 3600 // 60):02d}:{int(s % 60):02d}"
 
-def _progress_line(st: dict, total: int, epoch: int, epochs: int, B: int, loss: float, with_val: bool) -> str:
+def progress_line(st: TrainState, total: int, epoch: int, epochs: int, B: int, loss: float, with_val: bool) -> str:
     "One line of progress: step, epoch, loss, speed, time spent and left, and the last val numbers after an evaluation."
-    rate = st['samples'] / max(st['train_seconds'], 1e-9)
-    line = (f"step {st['step']}/{total} (epoch {epoch + 1}/{epochs}): loss {loss:.4f}, {rate:.0f} samples/s, "
-            f"{_hms(st['train_seconds'] + st['val_seconds'])} spent, about {_hms((total - st['step']) * B / rate)} of training left")
-    if with_val and st['val_history']:
-        v = st['val_history'][-1]
+    rate = st.samples / max(st.train_seconds, 1e-9)
+    line = (f"step {st.step}/{total} (epoch {epoch + 1}/{epochs}): loss {loss:.4f}, {rate:.0f} samples/s, "
+            f"{_hms(st.train_seconds + st.val_seconds)} spent, about {_hms((total - st.step) * B / rate)} of training left")
+    if with_val and st.val_history:
+        v = st.val_history[-1]
         line += f"; val R@1 {v['R1']:.2f}, mAP {v['mAP']:.2f}, hard-pair {v['hard_pair_acc'] or float('nan'):.1f}"
     return line
 
+# %% ../nbs/40_training.ipynb #83369556
+class Trainer:
+    "One run's loop: the config, accelerator, data, method, optimiser and schedule, a `TrainState`, and callbacks for the rest."
+    def __init__(self, config: RunConfig, method: nn.Module | None = None, progress: bool = True, callbacks=()):
+        from accelerate.utils import set_seed
+        from tpas_nb.data.pab import PABFolder, pab_tokenizer
+        self.t_start, self.config, self.acc = time.time(), config, make_accelerator(config)
+        self.main, self.W, self.rank = self.acc.is_main_process, self.acc.num_processes, self.acc.process_index
+        self.out, self.show = Path(config.out_dir), progress and self.main
+        with self.acc.local_main_process_first():
+            self.root = resolve_data_root(config.data, progress=self.show)
+            self.folder = PABFolder(self.root)
+            data_tok = pab_tokenizer(self.folder, config.data.vocab or None)
+        self.resuming = (self.out / 'state.pt').exists()
+        if self.resuming and (changes := config_changes(load_config(self.out / 'config.yaml'), config)):
+            raise ValueError(f"{self.out} holds a run with another configuration ({', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in changes.items())}); "
+                             f"use a new out_dir, or delete {self.out} to start over")
+        if self.main: self._write_run_files(data_tok)
+        self.acc.wait_for_everyone()
+        self.run = Run(self.out, self.root)                              # from here on, the run's own backbone and vocabulary
+        self.tok, self.max_len = self.run.tokenizer, self.run.max_len
+        set_seed(config.seed)                                            # the same initial weights on every process
+        self.method = method if method is not None else self.run.build_method()
+        self.new_ids = _init_checkpoint(self.method, config, self.tok, self.out, write=self.main and not self.resuming) \
+            if config.init_checkpoint else set()
+        self._data()
+        self._optimiser()
+        self.st, self.callbacks = TrainState(), sorted(callbacks, key=lambda cb: cb.order)
+        self.steps_this_call, self.stop_now, self.last, self.end_of_epoch = 0, False, False, False
+
+    def _write_run_files(self, tok):
+        "config.yaml, and once per run its backbone.yaml and vocab.txt (the run survives changes of the preset and the data)."
+        self.out.mkdir(parents=True, exist_ok=True)
+        save_config(self.config, self.out / 'config.yaml')
+        if not (self.out / 'backbone.yaml').exists(): save_config(run_backbone(self.config), self.out / 'backbone.yaml')
+        if not (self.out / 'vocab.txt').exists():
+            atomic_write(self.out / 'vocab.txt', lambda p: p.write_text(''.join(t + '\n' for t in _vocab_list(tok)), encoding='utf-8'))
+
+    def _data(self):
+        "The training set (paired batches when the method uses counterparts), its collate, and the step counts."
+        from tpas_nb.data.pab import PABTrainDataset, TrainCollate
+        c, m = self.config, self.method
+        needs_cp = getattr(m, 'needs_counterparts', True)
+        paired = needs_cp and c.data.paired                              # counterparts from the batch itself
+        self.train_ds = PABTrainDataset(self.folder, img_size=m.backbone.img_size, pose=m.needs_pose, counterparts=needs_cp and not paired,
+                                        hflip=c.data.hflip, random_erasing=c.data.random_erasing)
+        if paired: self.train_ds.require_counterparts()
+        self.partner = self.train_ds.partner if paired else None
+        self.has_val = 'val' in self.folder.splits()
+        self.A, self.B, self.N = c.grad_accum, c.batch_size, len(self.train_ds)
+        micro_batches(self.N, self.B, c.seed, 0, self.W, self.rank, self.A, self.partner)   # validates B against W·A and N
+        self.steps_per_epoch = self.N // self.B
+        self.total = c.epochs * self.steps_per_epoch if not c.max_steps else min(c.max_steps, c.epochs * self.steps_per_epoch)
+        if c.epochs < 0 or (self.total < 1 and c.epochs): raise ValueError(f"nothing to train: epochs={c.epochs}, max_steps={c.max_steps}")
+        self.collate = TrainCollate(self.tok, self.max_len)
+
+    def _optimiser(self):
+        "AdamW and the schedule, prepared by Accelerate with the model."
+        self.optimizer = build_optimizer(self.method, self.config.optim, self.new_ids)
+        self.scheduler = build_scheduler(self.optimizer, self.config.optim, self.total)
+        self.model, self.optimizer = self.acc.prepare(self.method, self.optimizer)
+        self.net = self.acc.unwrap_model(self.model)
+
+# %% ../nbs/40_training.ipynb #7b7d1d59
+class CancelFit(Exception):
+    "Raised by a callback to leave `fit` at once (after_fit still runs)."
+
+@patch
+def callback(self: Trainer, event: str):
+    "Run `event` on every callback that has it, in order (main-only callbacks on the main process)."
+    for cb in self.callbacks:
+        if hasattr(cb, event) and (self.main or not cb.main_only): getattr(cb, event)(self)
+
+@patch
+def fit(self: Trainer) -> TrainState:
+    "Epochs of optimiser steps between the callbacks' events; a finished run only runs before_fit and after_fit."
+    self.model.train()
+    self.callback('before_fit')
+    self.epochs = range(self.st.epoch, self.config.epochs) if not self.st.done else range(0)
+    self.callback('before_epochs')
+    try:
+        for self.epoch in self.epochs:
+            self.mbs = micro_batches(self.N, self.B, self.config.seed, self.epoch, self.W, self.rank, self.A, self.partner)[self.st.micro:]
+            loader = DataLoader(SeededItems(self.train_ds, self.config.seed), batch_sampler=self.mbs, collate_fn=self.collate,
+                                num_workers=self.config.data.num_workers,
+                                generator=torch.Generator().manual_seed(_mix(self.config.seed, self.epoch, self.rank)))
+            self.batches, self.steps = iter(loader), range(len(self.mbs) // self.A)
+            self.callback('before_epoch')
+            for _ in self.steps:
+                self.one_step()
+                self.callback('after_step')
+                if self.last or self.stop_now: raise CancelFit
+    except CancelFit: pass
+    self.callback('after_fit')
+    return self.st
+
+@patch
+def one_step(self: Trainer):
+    "One optimiser update from A micro-batches: the mean loss terms over processes (`self.losses`), clipping, AdamW, schedule."
+    t0, terms, acc = time.time(), {}, self.acc
+    for a in range(self.A):
+        batch = {k: v.to(acc.device) if isinstance(v, Tensor) else v for k, v in next(self.batches).items()}
+        with acc.no_sync(self.model) if a < self.A - 1 else contextlib.nullcontext():
+            losses = self.model(batch)
+            acc.backward(losses['loss'] / self.A)
+        for k, v in losses.items(): terms[k] = terms.get(k, 0.0) + v.detach().float() / self.A
+    names = sorted(terms)
+    vals = torch.stack([terms[k] for k in names])
+    if self.W > 1: vals = acc.reduce(vals, reduction='mean')
+    if not torch.isfinite(vals).all():
+        raise FloatingPointError(f"non-finite loss at step {self.st.step + 1}: {dict(zip(names, vals.tolist()))}")
+    clip = self.config.optim.grad_clip
+    self.grad_norm = acc.clip_grad_norm_(self.model.parameters(), clip) if clip > 0 else None
+    self.lr = self.scheduler.get_last_lr()[0]
+    self.optimizer.step(); self.scheduler.step(); self.optimizer.zero_grad(set_to_none=True)
+    self.step_seconds = time.time() - t0
+    st = self.st
+    st.train_seconds += self.step_seconds
+    st.step += 1; st.micro += self.A; st.samples += self.B; self.steps_this_call += 1
+    self.losses = dict(zip(names, vals.tolist()))
+    self.last = st.step >= self.total
+    self.end_of_epoch = st.micro >= self.steps_per_epoch * self.A
+    if self.end_of_epoch: st.epoch, st.micro = self.epoch + 1, 0
+    if self.last: st.done = True
+
+# %% ../nbs/40_training.ipynb #be1745bf
+class ResumeCB(Callback):
+    "Continue from state.pt (weights, optimiser, schedule, RNG of every process, TrainState, log cut back), else start the RNG streams."
+    order = 0
+    def before_fit(self, t: Trainer):
+        from accelerate.utils import set_seed
+        if not t.resuming:
+            set_seed(t.config.seed + t.rank)                         # per-process streams for dropout and sampling
+            if t.main: (t.out / 'log.jsonl').write_text('')
+            return
+        saved = load_state(t.out / 'state.pt')
+        w_step = load_weights(t.net, t.out / 'checkpoint.safetensors')
+        if w_step != saved['step']:
+            raise ValueError(f"{t.out}: checkpoint.safetensors is from step {w_step} but state.pt from step {saved['step']} "
+                             "(the run was killed between the two renames); restore one of them by hand")
+        t.optimizer.optimizer.load_state_dict(saved['optimizer']); t.scheduler.load_state_dict(saved['scheduler'])
+        if len(saved['rng']) != t.W: print(f"warning: {t.out} was saved by {len(saved['rng'])} processes, resumed by {t.W}: "
+                                           "the model's RNG streams (dropout, sampling) will differ from an uninterrupted run")
+        set_rng_state(saved['rng'][t.rank % len(saved['rng'])])
+        t.st = TrainState(**{f.name: saved[f.name] for f in fields(TrainState)})
+        if t.main:
+            keep = _log_lines(t.out / 'log.jsonl', t.st.step)
+            atomic_write(t.out / 'log.jsonl', lambda p: p.write_text(''.join(json.dumps(r) + '\n' for r in keep)))
+
+class LogCB(Callback):
+    "One JSON line per optimiser step in log.jsonl: step, epoch, every loss term, lr, τ, samples/s, gradient norm."
+    order, main_only = 10, True
+    def before_fit(self, t): self.f = open(t.out / 'log.jsonl', 'a')
+    def after_step(self, t):
+        rec = dict(step=t.st.step, epoch=t.epoch + 1, **{k: round(v, 6) for k, v in t.losses.items()}, lr=t.lr,
+                   temperature=t.net.backbone.temperature().item() if hasattr(t.net, 'backbone') else None,
+                   samples_per_s=round(t.B / t.step_seconds, 2))
+        if t.grad_norm is not None: rec['grad_norm'] = float(t.grad_norm)
+        self.f.write(json.dumps(rec) + '\n'); self.f.flush()
+    def after_fit(self, t): self.f.close()
+
+class ValidateCB(Callback):
+    "Evaluate on val every `val_every` epochs and after the last step; keep best.safetensors by val R@1, ties by mAP."
+    order = 20
+    def before_fit(self, t):
+        if t.total == 0 and not t.st.done: self.validate(t); t.st.done = True   # epochs=0: the initial weights as they are (zero-shot)
+    def after_step(self, t):
+        if t.last or (t.end_of_epoch and t.st.epoch % t.config.val_every == 0): self.validate(t)
+    def validate(self, t):
+        if not t.has_val: return
+        t0, st = time.time(), t.st
+        full = t.evaluate('val')
+        r = val_summary(full)
+        st.val_history.append(dict(epoch=st.epoch, step=st.step, **r))
+        if better(r, st.best):
+            st.best, st.best_step, st.best_val = r, st.step, full
+            if t.main: save_weights(t.net, t.out / 'best.safetensors', st.step)
+        st.val_seconds += time.time() - t0
+
+class StopAfterCB(Callback):
+    "Stop after `n` optimiser steps of this call (0: never), right after the checkpoint that follows them."
+    order = 25
+    def __init__(self, n: int = 0): self.n = n
+    def after_step(self, t): t.stop_now = bool(self.n) and t.steps_this_call >= self.n
+
+class CheckpointCB(Callback):
+    "checkpoint.safetensors and state.pt (every process's RNG gathered) at each epoch's end, every `checkpoint_every` steps, at the end and before a stop."
+    order = 30
+    def after_step(self, t):
+        every = t.config.checkpoint_every
+        if t.end_of_epoch or t.last or t.stop_now or (every and t.st.step % every == 0): self.checkpoint(t)
+    def checkpoint(self, t):
+        from accelerate.utils import gather_object
+        rngs = gather_object([rng_state()]) if t.W > 1 else [rng_state()]
+        if t.main:
+            save_weights(t.net, t.out / 'checkpoint.safetensors', t.st.step)
+            save_state(t.out / 'state.pt', dict(asdict(t.st), optimizer=t.optimizer.optimizer.state_dict(),
+                                                scheduler=t.scheduler.state_dict(), rng=rngs, world_size=t.W))
+        t.acc.wait_for_everyone()
+
+class ProgressCB(Callback):
+    "fastprogress bars, and a plain line every 30 s and at each epoch's end (papermill hides the bars)."
+    order, main_only = 40, True
+    def before_epochs(self, t):
+        from fastprogress.fastprogress import master_bar
+        self.said = time.time()
+        if len(t.epochs): t.epochs = self.bar = master_bar(t.epochs)
+    def before_epoch(self, t):
+        from fastprogress.fastprogress import progress_bar
+        t.steps = progress_bar(t.steps, parent=self.bar)
+    def after_step(self, t):
+        self.bar.child.comment = f"loss {t.losses['loss']:.3f}"
+        if t.last or t.end_of_epoch or time.time() - self.said > 30:
+            self.said = time.time()
+            print(progress_line(t.st, t.total, t.epoch, t.config.epochs, t.B, t.losses['loss'], t.end_of_epoch or t.last), flush=True)
+
+class FinalEvalCB(Callback):
+    "At the end of a finished run: the selected weights on the final splits, metrics.json, the figures."
+    order = 60
+    def __init__(self, splits=('test', 'ucc')): self.splits = splits
+    def after_fit(self, t):
+        if not t.st.done: return                                     # stopped early on purpose: resume later
+        t_eval = time.time()
+        if t.has_val and (t.out / 'best.safetensors').exists(): load_weights(t.net, t.out / 'best.safetensors')
+        elif t.main: save_weights(t.net, t.out / 'best.safetensors', t.st.step)
+        t.acc.wait_for_everyone()
+        splits = {s: t.evaluate(s, progress=t.show) for s in self.splits if s in t.folder.splits()}
+        if t.has_val: splits['val'] = t.st.best_val                  # computed when these weights were selected
+        if t.main:
+            metrics = run_metrics(t, splits, eval_wall_s=round(time.time() - t_eval, 1))
+            atomic_write(t.out / 'metrics.json', lambda p: p.write_text(json.dumps(metrics, indent=1)))
+            save_plots(t.out, t.net, t.folder, t.tok, t.config, t.max_len)
+        t.acc.wait_for_everyone()
+
+@patch
+def evaluate(self: Trainer, split: str, progress: bool = False) -> dict:
+    "Retrieval metrics of the current weights on one split (sharded over the processes)."
+    return evaluate_split(self.net, self.folder, split, self.tok, self.max_len, self.config.k_test, self.config.eval_batch,
+                          device=self.acc.device, accelerator=self.acc, progress=progress)
+
+def run_metrics(t: Trainer, splits: dict, eval_wall_s: float) -> dict:
+    "metrics.json of a finished run: every split, the selection, the val history, training speed and memory."
+    c, st, folder = t.config, t.st, t.folder
+    selection = dict(split='val', rule='max R1, ties by mAP', step=st.best_step, **(st.best or {})) if t.has_val \
+        else dict(split=None, rule='no val split: the last weights', step=st.step)
+    train = dict(steps=st.step, epochs=c.epochs, steps_per_epoch=t.steps_per_epoch, global_batch=t.B, grad_accum=t.A, processes=t.W,
+                 samples=st.samples, wall_s=round(st.train_seconds, 1), val_wall_s=round(st.val_seconds, 1),
+                 samples_per_s=round(st.samples / max(st.train_seconds, 1e-9), 2), device=str(t.acc.device),
+                 mixed_precision=t.acc.mixed_precision, final=_log_lines(t.out / 'log.jsonl')[-1:] or None)
+    return dict(method=c.method, preset=c.preset, method_args=c.method_args, data_root=str(t.root), synthetic=folder.synthetic,
+                out_dir=str(t.out), selection=selection, splits=splits, val_history=st.val_history, train=train,
+                eval_wall_s=eval_wall_s, wall_s_this_session=round(time.time() - t.t_start, 1),
+                parameters=dict(trainable=_trainable(t.net), total=sum(p.numel() for p in t.net.parameters())),
+                peak_memory_mib=_peak_memory_mib(), init_checkpoint=c.init_checkpoint or None, torch=torch.__version__)
+
 def train(config: RunConfig,            # the run (00_config); out_dir is the run folder
-          progress: bool = True,        # fastprogress bars (main process only)
+          progress: bool = True,        # fastprogress bars and progress lines (main process only)
           method: nn.Module | None = None,  # a built method instead of build_method(config.method, …) (tests, custom methods)
           stop_after: int = 0,          # stop after this many optimiser steps of this call, right after a checkpoint (0 = run to the end)
           final_splits: tuple = ('test', 'ucc'),  # splits the selected weights are evaluated on at the end (those the folder has)
+          callbacks: tuple = (),        # further Callbacks
          ) -> Path:                     # the run folder
     "Train `config.method`, keep the best val weights, evaluate them on test (and ucc); returns the run folder."
-    from fastprogress.fastprogress import master_bar, progress_bar
-    from accelerate.utils import set_seed, gather_object
-    from tpas_nb.data.pab import PABFolder, PABTrainDataset, TrainCollate, pab_tokenizer
-    t_start = time.time()
-    acc = make_accelerator(config)
-    main, W, rank = acc.is_main_process, acc.num_processes, acc.process_index
-    out = Path(config.out_dir)
-    show = progress and main
-    # -- data and method ------------------------------------------------------------------------------
-    with acc.local_main_process_first():
-        root = resolve_data_root(config.data, progress=show)
-        folder = PABFolder(root)
-        tok = pab_tokenizer(folder, config.data.vocab or None)
-    set_seed(config.seed)                                            # the same initial weights on every process
-    method = method if method is not None else build_run_method(config, tok, out)
-    resuming = (out / 'state.pt').exists()
-    if resuming:
-        old = load_config(out / 'config.yaml')
-        if changes := config_changes(old, config):
-            raise ValueError(f"{out} holds a run with another configuration ({', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in changes.items())}); "
-                             f"use a new out_dir, or delete {out} to start over")
-    if main: out.mkdir(parents=True, exist_ok=True)
-    new_ids = _init_checkpoint(method, config, tok, out, write=main and not resuming) if config.init_checkpoint else set()
-    if main:
-        save_config(config, out / 'config.yaml')
-        if not (out / 'backbone.yaml').exists(): save_config(run_backbone(config), out / 'backbone.yaml')   # runs survive preset changes
-    acc.wait_for_everyone()
-    needs_cp = getattr(method, 'needs_counterparts', True)
-    paired = needs_cp and config.data.paired                         # counterparts from the batch itself
-    train_ds = PABTrainDataset(folder, img_size=method.backbone.img_size, pose=method.needs_pose, counterparts=needs_cp and not paired,
-                               hflip=config.data.hflip, random_erasing=config.data.random_erasing)
-    if paired: train_ds.require_counterparts()
-    partner = train_ds.partner if paired else None
-    has_val = 'val' in folder.splits()
-    A, B, N = config.grad_accum, config.batch_size, len(train_ds)
-    micro_batches(N, B, config.seed, 0, W, rank, A, partner)         # validates B against W·A and N
-    steps_per_epoch = N // B
-    total = config.epochs * steps_per_epoch if not config.max_steps else min(config.max_steps, config.epochs * steps_per_epoch)
-    if config.epochs < 0 or (total < 1 and config.epochs): raise ValueError(f"nothing to train: epochs={config.epochs}, max_steps={config.max_steps}")
-    # -- optimizer, schedule, Accelerate --------------------------------------------------------------
-    optimizer = build_optimizer(method, config.optim, new_ids)
-    scheduler = build_scheduler(optimizer, config.optim, total)
-    model, optimizer = acc.prepare(method, optimizer)
-    net = acc.unwrap_model(model)
-    collate = TrainCollate(tok, _max_len(config))
-    # -- resume ---------------------------------------------------------------------------------------
-    st = dict(step=0, epoch=0, micro=0, best=None, best_step=None, best_val=None, val_history=[], train_seconds=0.0, val_seconds=0.0,
-              samples=0, done=False)
-    if resuming:
-        saved = load_state(out / 'state.pt')
-        w_step = load_weights(net, out / 'checkpoint.safetensors')
-        if w_step != saved['step']:
-            raise ValueError(f"{out}: checkpoint.safetensors is from step {w_step} but state.pt from step {saved['step']} "
-                             "(the run was killed between the two renames); restore one of them by hand")
-        optimizer.optimizer.load_state_dict(saved['optimizer']); scheduler.load_state_dict(saved['scheduler'])
-        if len(saved['rng']) != W: print(f"warning: {out} was saved by {len(saved['rng'])} processes, resumed by {W}: "
-                                          "the model's RNG streams (dropout, sampling) will differ from an uninterrupted run")
-        set_rng_state(saved['rng'][rank % len(saved['rng'])])
-        st.update({k: saved[k] for k in st})
-        if main:
-            keep = _log_lines(out / 'log.jsonl', st['step'])
-            atomic_write(out / 'log.jsonl', lambda p: p.write_text(''.join(json.dumps(r) + '\n' for r in keep)))
-    else:
-        set_seed(config.seed + rank)                                 # per-process streams for dropout and sampling
-        if main: (out / 'log.jsonl').write_text('')
-
-    def checkpoint():
-        "Write checkpoint.safetensors and state.pt (every process's RNG state gathered)."
-        rngs = gather_object([rng_state()]) if W > 1 else [rng_state()]
-        if main:
-            save_weights(net, out / 'checkpoint.safetensors', st['step'])
-            save_state(out / 'state.pt', dict(st, optimizer=optimizer.optimizer.state_dict(), scheduler=scheduler.state_dict(),
-                                              rng=rngs, world_size=W))
-        acc.wait_for_everyone()
-
-    def validate():
-        "Evaluate on val; keep best.safetensors by R@1 (then mAP)."
-        if not has_val: return
-        t0 = time.time()
-        full = _eval(net, folder, 'val', tok, config, acc, progress=False)
-        r = _val_summary(full)
-        st['val_history'].append(dict(epoch=st['epoch'], step=st['step'], **r))
-        if _better(r, st['best']):
-            st['best'], st['best_step'], st['best_val'] = r, st['step'], full
-            if main: save_weights(net, out / 'best.safetensors', st['step'])
-        st['val_seconds'] += time.time() - t0
-
-    # -- epochs ---------------------------------------------------------------------------------------
-    model.train()
-    log = open(out / 'log.jsonl', 'a') if main else None
-    steps_this_call, stopped, said = 0, False, time.time()
-    if total == 0 and not st['done']: validate(); st['done'] = True          # epochs=0: the initial weights, evaluated as they are (zero-shot)
-    epochs = range(st['epoch'], config.epochs) if not st['done'] else range(0)
-    bar = master_bar(epochs) if show and len(epochs) else epochs
-    for epoch in bar:
-        mbs = micro_batches(N, B, config.seed, epoch, W, rank, A, partner)[st['micro']:]
-        loader = DataLoader(SeededItems(train_ds, config.seed), batch_sampler=mbs, collate_fn=collate,
-                            num_workers=config.data.num_workers, generator=torch.Generator().manual_seed(_mix(config.seed, epoch, rank)))
-        it = iter(loader)
-        steps_left = len(mbs) // A
-        for _ in (progress_bar(range(steps_left), parent=bar) if show else range(steps_left)):
-            t0, terms = time.time(), {}
-            for a in range(A):
-                batch = {k: v.to(acc.device) if isinstance(v, Tensor) else v for k, v in next(it).items()}
-                ctx = acc.no_sync(model) if a < A - 1 else contextlib.nullcontext()
-                with ctx:
-                    losses = model(batch)
-                    acc.backward(losses['loss'] / A)
-                for k, v in losses.items(): terms[k] = terms.get(k, 0.0) + v.detach().float() / A
-            names = sorted(terms)
-            vals = torch.stack([terms[k] for k in names])
-            if W > 1: vals = acc.reduce(vals, reduction='mean')
-            if not torch.isfinite(vals).all():
-                raise FloatingPointError(f"non-finite loss at step {st['step'] + 1}: {dict(zip(names, vals.tolist()))}")
-            grad_norm = acc.clip_grad_norm_(model.parameters(), config.optim.grad_clip) if config.optim.grad_clip > 0 else None
-            lr = scheduler.get_last_lr()[0]
-            optimizer.step(); scheduler.step(); optimizer.zero_grad(set_to_none=True)
-            st['train_seconds'] += time.time() - t0
-            st['step'] += 1; st['micro'] += A; st['samples'] += B; steps_this_call += 1
-            if main:
-                rec = dict(step=st['step'], epoch=epoch + 1, **{k: round(v, 6) for k, v in zip(names, vals.tolist())}, lr=lr,
-                           temperature=net.backbone.temperature().item() if hasattr(net, 'backbone') else None,
-                           samples_per_s=round(B / (time.time() - t0), 2))
-                if grad_norm is not None: rec['grad_norm'] = float(grad_norm)
-                log.write(json.dumps(rec) + '\n'); log.flush()
-            last = st['step'] >= total
-            if show and hasattr(bar, 'child'): bar.child.comment = f"loss {vals[names.index('loss')]:.3f}"
-            end_of_epoch = st['micro'] >= steps_per_epoch * A
-            if end_of_epoch: st['epoch'], st['micro'] = epoch + 1, 0
-            if last or (end_of_epoch and (epoch + 1) % config.val_every == 0): validate()
-            if last: st['done'] = True
-            if end_of_epoch or last or (config.checkpoint_every and st['step'] % config.checkpoint_every == 0) \
-                    or (stop_after and steps_this_call >= stop_after):
-                checkpoint()
-            if show and (last or end_of_epoch or time.time() - said > 30):      # plain lines: papermill hides the bars
-                said = time.time()
-                print(_progress_line(st, total, epoch, config.epochs, B, vals[names.index('loss')].item(), end_of_epoch or last), flush=True)
-            if last or (stop_after and steps_this_call >= stop_after): stopped = True; break
-        if stopped: break
-    if log: log.close()
-    if not st['done']: return out                                    # stopped early on purpose: resume later
-    # -- the selected weights on test and ucc ---------------------------------------------------------
-    t_eval = time.time()
-    if has_val and (out / 'best.safetensors').exists(): load_weights(net, out / 'best.safetensors')
-    elif main: save_weights(net, out / 'best.safetensors', st['step'])
-    acc.wait_for_everyone()
-    splits = {s: _eval(net, folder, s, tok, config, acc, progress=show) for s in final_splits if s in folder.splits()}
-    if has_val: splits['val'] = st['best_val']                      # computed when these weights were selected
-    if main:
-        metrics = dict(method=config.method, preset=config.preset, method_args=config.method_args, data_root=str(root),
-                       synthetic=folder.synthetic, out_dir=str(out),
-                       selection=dict(split='val', rule='max R1, ties by mAP', step=st['best_step'], **(st['best'] or {}))
-                                 if has_val else dict(split=None, rule='no val split: the last weights', step=st['step']),
-                       splits=splits, val_history=st['val_history'],
-                       train=dict(steps=st['step'], epochs=config.epochs, steps_per_epoch=steps_per_epoch, global_batch=B,
-                                  grad_accum=A, processes=W, samples=st['samples'], wall_s=round(st['train_seconds'], 1),
-                                  val_wall_s=round(st['val_seconds'], 1),
-                                  samples_per_s=round(st['samples'] / max(st['train_seconds'], 1e-9), 2),
-                                  device=str(acc.device), mixed_precision=acc.mixed_precision,
-                                  final=_log_lines(out / 'log.jsonl')[-1:] or None),
-                       eval_wall_s=round(time.time() - t_eval, 1), wall_s_this_session=round(time.time() - t_start, 1),
-                       parameters=dict(trainable=_trainable(net), total=sum(p.numel() for p in net.parameters())),
-                       peak_memory_mib=_peak_memory_mib(), init_checkpoint=config.init_checkpoint or None,
-                       torch=torch.__version__)
-        atomic_write(out / 'metrics.json', lambda p: p.write_text(json.dumps(metrics, indent=1)))
-        save_plots(out, net, folder, tok, config)
-    acc.wait_for_everyone()
-    return out
+    cbs = [ResumeCB(), LogCB(), ValidateCB(), StopAfterCB(stop_after), CheckpointCB(), FinalEvalCB(final_splits), *callbacks]
+    t = Trainer(config, method, progress, cbs + ([ProgressCB()] if progress else []))
+    t.fit()
+    return t.out
 
 # %% ../nbs/40_training.ipynb #776dfd2b
 def plot_loss_curves(run_dir, figsize=(11, 3.2)):
@@ -595,7 +569,7 @@ def example_queries(texts_kinds: list[str], n: int = 2, seed: int = 0) -> list[i
         out += sorted(rng.sample(idx, min(n, len(idx))))
     return out
 
-def run_examples(method, folder, tok, config: RunConfig, split: str = 'test', n: int = 2, device='cpu'):
+def run_examples(method, folder, tok, config: RunConfig, max_len: int, split: str = 'test', n: int = 2, device='cpu'):
     "(dataset restricted to 2n example queries, their Q×G scores) with the method's current weights."
     from tpas_nb.data.pab import PABTestDataset
     from tpas_nb.eval.retrieval import embed_gallery, embed_queries, rank
@@ -604,40 +578,19 @@ def run_examples(method, folder, tok, config: RunConfig, split: str = 'test', n:
     sub = copy.copy(ds)
     for a in ('texts', 'text_image_ids', 'text_kinds', 'text_person_ids'): setattr(sub, a, [getattr(ds, a)[i] for i in q])
     img = embed_gallery(method, ds, config.eval_batch, device, progress=False)
-    txt = embed_queries(method, sub.texts, tok, _max_len(config), config.eval_batch, device)
+    txt = embed_queries(method, sub.texts, tok, max_len, config.eval_batch, device)
     return sub, rank(method, txt, img, config.k_test)
 
-def save_plots(out: Path, method, folder, tok, config: RunConfig):
+def save_plots(out: Path, method, folder, tok, config: RunConfig, max_len: int):
     "Write loss_curves.png and retrieval_examples.png into the run folder."
     import matplotlib.pyplot as plt
     from tpas_nb.eval.retrieval import plot_retrieval_examples
     if _log_lines(out / 'log.jsonl'):                                  # a zero-shot run (epochs=0) has no steps
         fig = plot_loss_curves(out); fig.savefig(out / 'loss_curves.png', dpi=110); plt.close(fig)
     split = 'test' if 'test' in folder.splits() else 'val'                # a pretraining corpus has no test split
-    sub, scores = run_examples(method, folder, tok, config, split, device=next(method.parameters()).device)
+    sub, scores = run_examples(method, folder, tok, config, max_len, split, device=next(method.parameters()).device)
     fig = plot_retrieval_examples(sub, scores, range(len(sub.texts)), topk=min(5, scores.shape[1]))
     fig.savefig(out / 'retrieval_examples.png', dpi=110); plt.close(fig)
-
-# %% ../nbs/40_training.ipynb #da536c8a
-def evaluate_run(run_dir,                          # a folder written by `train`
-                 splits=('test',),                 # split names of PABFolder (test, ucc, val, weather:<name>)
-                 weights: str = 'best',            # 'best' or 'checkpoint'
-                 method: nn.Module | None = None,  # the built method (None: rebuilt from config.yaml)
-                 k_test: int | None = None,        # None: the run's k_test
-                 progress: bool = False,
-                 accelerator=None,                 # an Accelerator to shard the evaluation (None: one process)
-                ) -> dict:                         # {split: evaluate(...) result}
-    "Metrics of a run folder's weights on `splits`."
-    from tpas_nb.data.pab import PABFolder, pab_tokenizer
-    run_dir = Path(run_dir)
-    if weights not in ('best', 'checkpoint'): raise ValueError(f"weights must be 'best' or 'checkpoint', got {weights!r}")
-    config = load_config(run_dir / 'config.yaml')
-    folder = PABFolder(resolve_data_root(config.data, progress=progress))
-    tok = pab_tokenizer(folder, config.data.vocab or None)
-    method = method if method is not None else build_run_method(config, tok, run_dir)
-    load_weights(method, run_dir / f'{weights}.safetensors')
-    if accelerator is not None: method = method.to(accelerator.device)
-    return {s: _eval(method, folder, s, tok, config, accelerator, progress, k_test) for s in splits}
 
 # %% ../nbs/40_training.ipynb #156951a6
 def close_process_group():

@@ -12,7 +12,7 @@ from PIL import Image
 __all__ = ['WEATHERS', 'REF_SIDE', 'DARK_GAIN', 'DARK_OFFSET', 'LIGHT_GAIN', 'LIGHT_MAX_OFFSET', 'WIND_LENGTH', 'RAIN_COLOUR',
            'RAIN_SLANT', 'RAIN_LAYERS', 'SNOW_COLOUR', 'SNOW_LAYERS', 'WEATHER_STEPS', 'to_rgb_array', 'darken',
            'overexpose', 'wind_kernel_length', 'line_offsets', 'motion_blur', 'wind_blur', 'composite', 'soften',
-           'rain_alpha', 'add_rain', 'disc_offsets', 'snow_alpha', 'add_snow', 'apply_weather']
+           'add_layer', 'rain_alpha', 'add_rain', 'disc_offsets', 'snow_alpha', 'add_snow', 'apply_weather']
 
 # %% ../../nbs/03_weather.ipynb #0b55d7d5
 WEATHERS = ('normal', 'wind', 'rain', 'snow', 'rain_snow', 'dark', 'dark_wind', 'dark_rain', 'dark_snow', 'light')
@@ -121,6 +121,17 @@ RAIN_LAYERS = (                    # (drops per 224², length range at 224 px, o
     (220, (14, 26), 0.45, True),
     (70, (28, 48), 0.60, False))
 
+def add_layer(alpha: np.ndarray, # H×W opacity map, updated in place
+              where: tuple,       # (rows, columns) of the layer's pixels
+              opacity: float,
+              gain: float = 0.0,  # > 0: soften the layer and multiply it by `gain` (capped at `opacity`)
+             ):
+    "Max-blend one layer of streaks or flakes into `alpha`."
+    layer = np.zeros_like(alpha)
+    layer[where] = opacity
+    if gain: layer = np.minimum(soften(layer) * gain, opacity)
+    np.maximum(alpha, layer, out=alpha)
+
 def rain_alpha(shape: tuple,     # (H, W)
                rng: np.random.Generator) -> np.ndarray:
     "H×W opacity map of three layers of slanted rain streaks."
@@ -136,10 +147,7 @@ def rain_alpha(shape: tuple,     # (H, W)
         ys = np.rint(y0[:, None] + t).astype(int)                                    # n×T
         xs = np.rint(x0[:, None] + slant * t).astype(int) % W                        # n×T
         keep = (t < lengths[:, None]) & (ys >= 0) & (ys < H)
-        layer = np.zeros((H, W), np.float32)
-        layer[ys[keep], xs[keep]] = opacity
-        if soft: layer = np.minimum(soften(layer) * 2, opacity)
-        np.maximum(alpha, layer, out=alpha)
+        add_layer(alpha, (ys[keep], xs[keep]), opacity, 2.0 if soft else 0.0)
     return alpha
 
 def add_rain(x: np.ndarray, # H×W×3 uint8
@@ -175,10 +183,7 @@ def snow_alpha(shape: tuple,     # (H, W)
         n = max(1, round(per_ref * area))
         dy, dx = disc_offsets(max(min_radius, round(radius * s, 2)))
         cy, cx = rng.integers(0, H, n), rng.integers(0, W, n)
-        layer = np.zeros((H, W), np.float32)
-        layer[(cy[:, None] + dy) % H, (cx[:, None] + dx) % W] = opacity              # n×|disc|
-        if soft: layer = np.minimum(soften(layer) * 1.6, opacity)
-        np.maximum(alpha, layer, out=alpha)
+        add_layer(alpha, ((cy[:, None] + dy) % H, (cx[:, None] + dx) % W), opacity, 1.6 if soft else 0.0)   # n×|disc|
     return alpha
 
 def add_snow(x: np.ndarray, # H×W×3 uint8

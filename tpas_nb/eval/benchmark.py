@@ -9,17 +9,16 @@ from pathlib import Path
 
 import torch
 
-from ..config import load_config, progress as show_progress
-from ..data.pab import PABFolder, PABTestDataset, pab_tokenizer
+from ..config import progress as show_progress
+from ..data.pab import PABFolder, PABTestDataset
 from ..data.weather import WEATHERS
 from .retrieval import embed_gallery, embed_queries, evaluate
-from ..train import atomic_write, build_run_method, load_weights, resolve_data_root, run_backbone
+from ..runs import Run, cache_file
 
 # %% auto #0
-__all__ = ['METRICS', 'WEATHER_LABELS', 'WEIGHTS', 'PROTOCOL_NAMES', 'weather_split', 'ranking_name', 'k_list', 'weather_mean',
-           'file_digest', 'texts_digest', 'cache_file', 'load_or_embed', 'run_files', 'resolve_splits',
-           'benchmark_protocols', 'benchmark_run', 'benchmark_table', 'summary_table', 'splits_table', 'plot_weather',
-           'ood_factors']
+__all__ = ['METRICS', 'WEATHER_LABELS', 'PROTOCOL_NAMES', 'weather_split', 'ranking_name', 'k_list', 'weather_mean',
+           'texts_digest', 'resolve_splits', 'benchmark_protocols', 'benchmark_run', 'evaluate_split', 'evaluate_run',
+           'benchmark_table', 'summary_table', 'splits_table', 'plot_weather', 'ood_factors']
 
 # %% ../../nbs/32_protocols.ipynb #489fa41f
 METRICS = ('R1', 'R5', 'R10', 'mAP', 'mINP')
@@ -57,57 +56,11 @@ def weather_mean(per_condition: dict, # {condition: {'R1': …, 'mAP': …, …}
     return {k: sum(m[k] for m in per_condition.values()) / len(per_condition) for k in keys}
 
 # %% ../../nbs/32_protocols.ipynb #1d7358bf
-def file_digest(path, chunk: int = 1 << 20) -> str:
-    "SHA-256 (hex) of a file's bytes."
-    h = hashlib.sha256()
-    with open(path, 'rb') as f:
-        while block := f.read(chunk): h.update(block)
-    return h.hexdigest()
-
 def texts_digest(texts) -> str:
     "SHA-1 (hex) of a list of captions, in order."
     return hashlib.sha1('\x1e'.join(texts).encode('utf-8')).hexdigest()
 
-def cache_file(run_dir, split: str) -> Path:
-    "RUN_DIR/embeddings/<split>.pt, ':' replaced by '_'."
-    return Path(run_dir) / 'embeddings' / f"{split.replace(':', '_')}.pt"
-
-_EMB_FIELDS = ('feat', 'tokens', 'mask')
-
-def load_or_embed(path,                 # the .pt file of this embedding
-                  key: dict,            # what the embedding depends on (JSON-serialisable)
-                  compute,              # () -> dict(feat, tokens, mask): embed_gallery / embed_queries
-                  recompute: bool = False, # ignore a saved file
-                 ) -> tuple[dict, bool]:   # (dict(feat, tokens, mask) on the CPU, True if it was read from `path`)
-    "The embedding saved at `path` when it was saved under `key`; else `compute()`, saved there with `key`."
-    path, key = Path(path), json.dumps(key, sort_keys=True)
-    if path.exists() and not recompute:
-        try: saved = torch.load(path, map_location='cpu', weights_only=True)
-        except Exception as e:
-            print(f"warning: {path} is unreadable ({type(e).__name__}); recomputing it"); saved = {}
-        if isinstance(saved, dict) and saved.get('key') == key: return {k: saved[k] for k in _EMB_FIELDS}, True
-    emb = compute()
-    emb = {k: emb[k].detach().cpu().contiguous() for k in _EMB_FIELDS}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda p: torch.save(dict(key=key, **emb), p))
-    return emb, False
-
 # %% ../../nbs/32_protocols.ipynb #d7756be8
-WEIGHTS = ('best', 'checkpoint')
-
-def run_files(run_dir, weights: str = 'best') -> tuple:
-    "(RunConfig, weights path) of a run folder; clear errors when it is not a finished run."
-    run_dir = Path(run_dir)
-    if weights not in WEIGHTS: raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
-    if not run_dir.is_dir(): raise FileNotFoundError(f"run folder {run_dir} not found")
-    if not (run_dir / 'config.yaml').exists(): raise FileNotFoundError(f"{run_dir}: no config.yaml, so not a run folder of tpas_nb.train")
-    wpath = run_dir / f'{weights}.safetensors'
-    if not wpath.exists():
-        have = sorted(p.name for p in run_dir.glob('*.safetensors'))
-        raise FileNotFoundError(f"{run_dir}: no {wpath.name} (weights files here: {have or 'none'}); "
-                                "train the run to the end first (90_train), or pass weights='checkpoint'")
-    return load_config(run_dir / 'config.yaml'), wpath
-
 def resolve_splits(folder: PABFolder, splits='all') -> list[str]:
     "The test-format splits to evaluate: 'all' (every one present except val), a list, or 'a,b'."
     available = [s for s in folder.splits() if s != 'train']
@@ -155,27 +108,23 @@ def benchmark_protocols(splits: dict,   # benchmark_run's 'splits'
 def benchmark_run(run_dir,                 # a run folder of tpas_nb.train (config.yaml, best.safetensors)
                   splits='all',            # 'all', a list of split names, or 'test,ucc'
                   k_tests=None,            # ITM re-ranking depths: None (the run's k_test), an int, a list, '0,32,128'
-                  weights: str = 'best',   # 'best' or 'checkpoint'
+                  weights: str = 'best',   # 'best', 'checkpoint' or 'auto' (Run.weights)
                   recompute: bool = False, # ignore saved embeddings
                   progress: bool = True,   # fastprogress bars
                   device: str = 'auto',    # 'auto', 'cpu' or 'cuda'
                   data_root: str = '',     # the PAB root if it moved since training ('' = the run's data)
-                  method=None,             # a built method instead of build_run_method(config) (custom methods)
+                  method=None,             # a built method instead of the run's own (custom methods)
                  ) -> dict:                # see above; plain JSON
     "Evaluate a run folder on every protocol, reusing saved embeddings."
     t_start = time.time()
-    run_dir = Path(run_dir)
-    config, wpath = run_files(run_dir, weights)
-    folder = PABFolder(data_root or resolve_data_root(config.data, progress=progress))
+    run = Run(run_dir, data_root)
+    config, folder, tok = run.config, run.folder, run.tokenizer       # the run's own tokenizer, whatever folder it is evaluated on
     names = resolve_splits(folder, splits)
     ks = k_list(k_tests, config.k_test)
-    tok = pab_tokenizer(folder, config.data.vocab or None)
     device = _device(device)
-    method = method if method is not None else build_run_method(config, tok, run_dir)   # the run's backbone.yaml, else its preset
-    load_weights(method, wpath)
-    method.to(device).eval()
-    digest, max_len, B = file_digest(wpath), run_backbone(config, run_dir).text.max_len, config.eval_batch
-    base_key = dict(weights_sha256=digest, batch_size=B, device=torch.device(device).type)
+    method = run.load_method(weights, device, method)
+    digest, max_len, B = run.digest(weights), run.max_len, config.eval_batch
+    base_key = dict(batch_size=B, device=torch.device(device).type)     # and the weights' SHA-256 (Run.embedding)
     rankings = ['itc'] + [ranking_name(k) for k in ks if k]
     queries = {}                                                   # texts digest -> (embedding, cached)
     out = {}
@@ -185,12 +134,12 @@ def benchmark_run(run_dir,                 # a run folder of tpas_nb.train (conf
         ann = hashlib.sha1(b''.join(f.read_bytes() for f in folder.annotation_files(split))).hexdigest()
         gkey = dict(base_key, kind='gallery', split=split, annotation_sha1=ann, root=str(folder.root.resolve()),
                     img_size=method.backbone.img_size, pose=bool(method.needs_pose))
-        img, g_cached = load_or_embed(cache_file(run_dir, split), gkey, lambda: embed_gallery(method, ds, B, device, progress), recompute)
+        img, g_cached = run.embedding(split, gkey, lambda: embed_gallery(method, ds, B, device, progress), weights, recompute)
         td = texts_digest(ds.texts)
         if td not in queries:
             qkey = dict(base_key, kind='queries', texts_sha1=td, max_len=max_len)
-            queries[td] = load_or_embed(run_dir / 'embeddings' / f'queries_{td[:12]}.pt', qkey,
-                                        lambda: embed_queries(method, ds.texts, tok, max_len, B, device, progress), recompute)
+            queries[td] = run.embedding(f'queries_{td[:12]}', qkey,
+                                        lambda: embed_queries(method, ds.texts, tok, max_len, B, device, progress), weights, recompute)
         txt, q_cached = queries[td]
         res = dict(rankings={}, n_queries=len(ds.texts), n_gallery=len(ds.image_ids),
                    cached=dict(gallery=g_cached, queries=q_cached), seconds=dict(embed=round(time.time() - t0, 3)))
@@ -210,6 +159,37 @@ def benchmark_run(run_dir,                 # a run folder of tpas_nb.train (conf
                 protocols=protocols, weather_conditions=conds, embeddings=counts,
                 seconds=dict(total=round(time.time() - t_start, 2), embed=round(embed_s, 2),
                              rank=round(sum(s for r in out.values() for n, s in r['seconds'].items() if n != 'embed'), 2)))
+
+# %% ../../nbs/32_protocols.ipynb #e13c736e
+def evaluate_split(method,                 # a Method on `device`
+                   folder: PABFolder, split: str, tokenizer, max_len: int,
+                   k_test: int, batch_size: int,
+                   device='cpu',
+                   accelerator=None,       # shards the evaluation when it has several processes
+                   progress: bool = False,
+                  ) -> dict:               # `evaluate`'s result
+    "Retrieval metrics of `method` on one test-format split of a PAB folder."
+    ds = PABTestDataset(folder, split, img_size=method.backbone.img_size, pose=method.needs_pose)
+    multi = accelerator is not None and accelerator.num_processes > 1
+    return evaluate(method, ds, tokenizer, max_len, k_test=k_test, batch_size=batch_size, device=device,
+                    progress=progress, accelerator=accelerator if multi else None)
+
+def evaluate_run(run_dir,                  # a folder written by `train`
+                 splits=('test',),         # split names of PABFolder (test, ucc, val, weather:<name>)
+                 weights: str = 'best',    # 'best', 'checkpoint' or 'auto' (Run.weights)
+                 method=None,              # a built method (None: the run's own)
+                 k_test: int | None = None, # None: the run's k_test
+                 progress: bool = False,
+                 accelerator=None,         # an Accelerator to shard the evaluation (None: one process)
+                 data_root: str = '',      # another PAB-layout folder ('' = the run's data)
+                ) -> dict:                 # {split: evaluate(...) result}
+    "Metrics of a run folder's weights on `splits`."
+    run = Run(run_dir, data_root)
+    device = accelerator.device if accelerator is not None else 'cpu'
+    method = run.load_method(weights, device, method)
+    k = run.config.k_test if k_test is None else k_test
+    return {s: evaluate_split(method, run.folder, s, run.tokenizer, run.max_len, k, run.config.eval_batch, device, accelerator, progress)
+            for s in splits}
 
 # %% ../../nbs/32_protocols.ipynb #8bc827ae
 PROTOCOL_NAMES = dict(pab='PAB test (CMP Tab. 3)', identity_vs_behaviour='identity vs behaviour (CMP Tab. 5)',

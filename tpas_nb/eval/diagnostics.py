@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .retrieval import positive_mask, similarity
-from ..methods.col import anchor_directions, direction_diversity
+from ..methods.col import anchor_directions
 
 # %% auto #0
 __all__ = ['gradient_conflict', 'attraction_repulsion', 'conflict_rate', 'loss_volatility', 'gallery_margin',
@@ -137,21 +137,10 @@ def _eval(method):
     try: yield
     finally: method.train(was)
 
-def _has_experts(method) -> bool:
-    "GradCO-like: expert streams and HIA. Duck-typed, so that a GradCO class re-defined by running its notebook counts too."
-    return all(hasattr(method, a) for a in ('image_streams', 'text_streams', 'hia'))
-
 def score_function(method, batch: dict) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
-    "(text representation, its differentiable map to the B×B training scores): GradCO's S_final, else cosines."
-    ids, mask = batch['text_ids'], batch['text_mask']
-    with torch.no_grad():
-        img = method.image_tokens(batch['image'], batch.get('pose') if method.needs_pose else None)   # B×P×D_I
-        txt = method.backbone.encode_text(ids, mask)                                               # B×L×D_T
-        if _has_experts(method):
-            I, T = method.image_streams(img), method.text_streams(txt, mask)
-            return T.feats, lambda tf: method.hia(tf, I).scores                   # anchors and intent gate follow tf
-        img_feat, txt_feat = method.image_feature(img), method.text_feature(txt, mask)
-    return txt_feat, lambda t: F.normalize(t, dim=-1) @ F.normalize(img_feat, dim=-1).t()
+    "(text representation, its differentiable map to the B×B training scores), as the method exposes them (`Method.score_map`)."
+    with torch.no_grad(): enc = method.encode(batch)
+    return method.score_map(enc)                                                   # GradCO: f^T ↦ S_final; else t ↦ cos(t, v)
 
 def batch_conflict_rate(method, batch: dict) -> float:
     "r_conf of a method on one training batch (eval mode)."
@@ -160,23 +149,12 @@ def batch_conflict_rate(method, batch: dict) -> float:
         return conflict_rate(fn, rep, method.backbone.temperature().detach(), batch['idx'])
 
 def batch_diagnostics(method, batch: dict) -> dict:
-    "r_conf on a training batch; for GradCO also μ_Δ, anchor norms and cosines, L_dir and mean gate weights per stream."
+    "r_conf on a training batch, and what the method reports about it (`Method.diagnostics`; GradCO: μ_Δ, anchor norms and cosines, L_dir, gate means per stream)."
     out = {'r_conf': batch_conflict_rate(method, batch)}
-    with _eval(method):
-        if _has_experts(method):
-            with torch.no_grad():
-                img = method.image_tokens(batch['image'], batch.get('pose') if method.needs_pose else None)
-                I = method.image_streams(img)
-                T = method.text_streams(method.backbone.encode_text(batch['text_ids'], batch['text_mask']), batch['text_mask'])
-                h = method.hia(T.feats, I)
-            streams = method.cfg.streams
-            if h.delta is not None:
-                out['mu_delta'] = anchor_direction_similarity(h.delta)
-                out.update(anchor_stats(h.delta, T.feats, I.feats, streams))
-                out.update({f'l_dir_{s}': direction_diversity(h.delta[r], method.cfg.sigma).item() for r, s in enumerate(streams)})
-            for name, w in (('gate_img', I.top), ('gate_txt', T.top), ('hia', h.weights)):
-                if w is not None: out.update({f'{name}_{s}': w[:, r].mean().item() for r, s in enumerate(streams)})
-    return out
+    with _eval(method), torch.no_grad():
+        rep = method.diagnostics(method.encode(batch))
+    if rep.anchors is not None: out['mu_delta'] = anchor_direction_similarity(rep.anchors)
+    return {**out, **{k: float(v) for k, v in rep.scalars.items()}}
 
 def embedding_diagnostics(txt_emb, img_emb, query_ids, gallery_ids) -> dict:
     "Margin m (on the evaluator's similarity), d̄₊ (each query with its first positive) and the uniformity of both sides."
@@ -219,14 +197,6 @@ def run_diagnostics(run_dir,                 # a run folder with log.jsonl
     return out
 
 # %% ../../nbs/31_diagnostics.ipynb #a0f727b3
-def _weights_dir(run_dir: Path) -> Path:
-    "The folder that holds a run's weights: the run itself, or the run it was reused from (grid.json)."
-    if (run_dir / 'best.safetensors').exists(): return run_dir
-    info = json.loads((run_dir / 'grid.json').read_text()) if (run_dir / 'grid.json').exists() else {}
-    src = Path(info.get('reused_from') or '')
-    if info.get('reused_from') and (src / 'best.safetensors').exists(): return src
-    raise FileNotFoundError(f"{run_dir}: no weights (best.safetensors), and it is not a reuse of a run that has them")
-
 def counterpart_batches(dataset,             # PABTrainDataset (its records carry hard_i_id)
                         n_batches: int = 8,  # batches
                         persons: int = 8,    # people per batch; each brings both records (2·persons items)
@@ -249,17 +219,12 @@ def diagnose_run(run_dir,               # a run folder (train, or a grid run reu
                  seed: int = 0,
                 ) -> dict:              # the diagnostics, also merged into run_dir/diagnostics.json
     "Table 7 for a finished run: batch diagnostics averaged over counterpart batches, V_L from its log, m on `split`."
-    from tpas_nb.config import load_config
-    from tpas_nb.data.pab import PABFolder, PABTrainDataset, PABTestDataset, TrainCollate, pab_tokenizer
-    from tpas_nb.train import build_run_method, load_weights, resolve_data_root, run_backbone
-    run_dir = Path(run_dir)
-    src = _weights_dir(run_dir)
-    config = load_config(src / 'config.yaml')
-    folder = PABFolder(resolve_data_root(config.data, progress=False))
-    tok = pab_tokenizer(folder, config.data.vocab or None)
-    method = build_run_method(config, tok, src)
-    load_weights(method, src / 'best.safetensors')
-    size, max_len = method.backbone.img_size, run_backbone(config, src).text.max_len
+    from tpas_nb.data.pab import PABTrainDataset, PABTestDataset, TrainCollate
+    from tpas_nb.runs import Run
+    run = Run(run_dir)                                                          # a grid reuse reads the source run's weights
+    run_dir, folder, tok, max_len = Path(run_dir), run.folder, run.tokenizer, run.max_len
+    method = run.load_method('best').train()                                 # r_conf is a training-time quantity: training mode
+    size = method.backbone.img_size
     train_ds = PABTrainDataset(folder, img_size=size, pose=method.needs_pose, counterparts=False, hflip=0.0, check=False)
     collate = TrainCollate(tok, max_len)
     g = torch.Generator().manual_seed(seed)                                   # the same number of random batches: any negatives
@@ -269,7 +234,7 @@ def diagnose_run(run_dir,               # a run folder (train, or a grid run reu
     write_diagnostics(run_dir, extra)
     test_ds = PABTestDataset(folder, split, img_size=size, pose=method.needs_pose, check=False)
     batches = [collate([train_ds[i] for i in b]) for b in counterpart_batches(train_ds, n_batches, persons, seed)]
-    return {**run_diagnostics(run_dir, method, batches, test_ds, tok, max_len, window, log_dir=src), **extra}
+    return {**run_diagnostics(run_dir, method, batches, test_ds, tok, max_len, window, log_dir=run.src), **extra}
 
 
 # %% ../../nbs/31_diagnostics.ipynb #78fdff38

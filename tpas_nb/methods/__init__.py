@@ -6,6 +6,10 @@
 __all__ = []
 
 # %% ../../nbs/29_methods.ipynb #8fe0ca9a
-from .cmp import METHODS, MethodConfig, Method, build_method, register
+from .base import (
+    METHODS, REGULARISERS, MethodConfig, Method, build_method, register, register_regulariser, method_switches, all_switches)
+from . import cmp        # registers 'xvlm' and 'cmp' (20_cmp)
+from . import qcalign    # registers the 'qct' regulariser (22_qcalign), before GRADCO_ARMS builds its loss weights
 from . import seda       # registers 'seda' (21_seda)
 from . import gradco     # registers 'gradco' (24_gradco; COL pieces in 23_col)
+

@@ -5,8 +5,8 @@
 # %% ../../nbs/24_gradco.ipynb #fc7fdfb6
 from __future__ import annotations
 import math
-from dataclasses import dataclass, field, fields
-from typing import NamedTuple
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -14,21 +14,18 @@ from torch import nn, Tensor
 
 from ..config import BackboneConfig
 from ..models.encoders import init_bert_weights, masked_mean
-from .cmp import Method, MethodConfig, TokenIds, ImageEmbedding, TextEmbedding, register, pad_to
-from .col import OffloadAnchor, offloaded_similarity, sim_infonce, direction_diversity
-from ..objectives import sample_itm_negatives, build_itm_pairs, itm_loss
+from .base import Method, MethodConfig, TokenIds, Encoded, Report, register
+from .col import OffloadAnchor, offloaded_similarity, direction_diversity
+from ..objectives import sample_itm_negatives
 
 # %% auto #0
 __all__ = ['STREAMS', 'POOLS', 'GRADCO_ARMS', 'GradCOConfig', 'SubExpert', 'StreamOutput', 'pool_tokens', 'ExpertStream',
            'BehaviourMoE', 'HIAScores', 'aggregate_tokens', 'hia_text_feature', 'hia_image_feature',
-           'hia_weights_from_feature', 'pack_text_tokens', 'unpack_text_tokens', 'GradCO']
+           'hia_weights_from_feature', 'pack_text_tokens', 'unpack_text_tokens', 'hia_image_tokens', 'hia_text_tokens',
+           'GradCOEncoded', 'GradCO']
 
 # %% ../../nbs/24_gradco.ipynb #503970c5
 STREAMS = ('app', 'norm', 'anom')   # appearance, normal behaviour, anomalous behaviour
-
-def _base_loss_weights() -> dict:
-    "The base method's loss weights (whatever terms it has)."
-    return next(f for f in fields(MethodConfig) if f.name == 'loss_weights').default_factory()
 
 @dataclass
 class GradCOConfig(MethodConfig):
@@ -36,7 +33,7 @@ class GradCOConfig(MethodConfig):
     streams: tuple = STREAMS        # B-MoE streams: a non-empty subset of STREAMS (D#1-D#3 drop one); 'a,b' strings accepted
     num_experts: int = 4            # K sub-experts per stream (paper: 4)
     expert_ratio: float = 0.5       # hidden width of a sub-expert MLP, as a fraction of D (our reading)
-    text_pool: str = 'cls'          # pool(·) of the text streams: 'cls' (PAPERS.md §5) or 'cls_avg' ([AVG(real tokens); CLS], as the backbone's global feature)
+    text_pool: str = 'cls'          # pool(·) of the text streams: 'cls' (our reading of the paper) or 'cls_avg' ([AVG(real tokens); CLS], as the backbone's global feature)
     image_experts: bool = True      # B-MoE on the image side (D#4: off; the streams share the backbone's image feature)
     text_experts: bool = True       # B-MoE on the text side (D#5: off)
     anchors: bool = True            # COL offload anchors (D#8: off, plain expert cosines)
@@ -48,7 +45,7 @@ class GradCOConfig(MethodConfig):
     hia_agg_sims: bool = True       # aggregate the expert similarities (D#9: off, aggregate the features, then one cosine)
     hia_agg_feat: bool = True       # ITM on intent-aggregated expert tokens (D#11: off, the backbone's tokens)
     log_stats: bool = False         # add detached 'stat_*' scalars (anchor norms, gate means) to forward's output
-    loss_weights: dict = field(default_factory=lambda: {**_base_loss_weights(), 'dir': None})  # L = Σ w_k L_k; 'dir': None = gamma
+    loss_weights: dict = field(default_factory=lambda: {**MethodConfig.default_loss_weights(), 'dir': None})  # L = Σ w_k L_k; 'dir': None = gamma
 
     @property
     def weights(self) -> dict:
@@ -183,12 +180,31 @@ def unpack_text_tokens(packed: Tensor, width: int) -> tuple[Tensor, Tensor]:
         raise ValueError(f"GradCO text tokens must be N×L×(D_T+R) with D_T={width} (from GradCO.embed_texts), got {tuple(packed.shape)}")
     return packed[..., :width], packed[:, 0, width:]
 
+def hia_image_tokens(I: StreamOutput) -> Tensor:
+    "B×R'×P×D_I stream tokens -> B×P×R'·D_I, the streams side by side: what ITM and the evaluator keep per image."
+    return I.tokens.transpose(1, 2).flatten(2)
+
+def hia_text_tokens(T: StreamOutput, weights: Tensor) -> Tensor:
+    "Text streams and B×R weights -> B×L×(D_T+R): Σ_r w_r U^T_r with the weights appended (`pack_text_tokens`)."
+    return pack_text_tokens(aggregate_tokens(T.tokens, weights), weights)
+
+
 # %% ../../nbs/24_gradco.ipynb #0f734935
+@dataclass(kw_only=True)
+class GradCOEncoded(Encoded):
+    "A training batch through GradCO: `Encoded` (the retrieval features), with the streams and HIA."
+    I: StreamOutput      # (a) the image streams
+    T: StreamOutput      # (a) the text streams
+    hia: HIAScores       # (b)+(c) anchors Δ, expert similarities S_r, S_final and the intent weights w
+
 class GradCO(Method):
     "GradCO: B-MoE expert streams, COL offload anchors and HIA aggregation on the shared backbone."
-    def __init__(self, backbone_cfg: BackboneConfig, tokens: TokenIds, cfg: GradCOConfig = GradCOConfig()):
-        super().__init__(backbone_cfg, tokens, cfg)
-        bb, R, E = self.backbone, len(cfg.streams), cfg.embed_dim or backbone_cfg.embed_dim
+    skip_unweighted = False   # every term is computed, at weight 0 too: the arms D#12 / D#13 still report the removed loss
+
+    def __init__(self, backbone_cfg: BackboneConfig, tokens: TokenIds, cfg: GradCOConfig | None = None, regularisers: dict | None = None):
+        super().__init__(backbone_cfg, tokens, cfg or GradCOConfig(), regularisers)
+        cfg, bb = self.cfg, self.backbone
+        R, E = len(cfg.streams), cfg.embed_dim or backbone_cfg.embed_dim
         moe = dict(streams=cfg.streams, embed_dim=E, num_experts=cfg.num_experts, expert_ratio=cfg.expert_ratio)
         self.image_moe = BehaviourMoE(width=bb.vision_width, pool='mean', **moe) if cfg.image_experts else None
         self.text_moe = BehaviourMoE(width=bb.text_width, pool=cfg.text_pool, **moe) if cfg.text_experts else None
@@ -201,9 +217,6 @@ class GradCO(Method):
             bb.text_proj.requires_grad_(False)
             if bb.text_pool is not None: bb.text_pool.requires_grad_(False)
         self.num_streams = R
-
-    @property
-    def needs_counterparts(self) -> bool: return self.cfg.ihnm
 
     # -- (a) B-MoE ---------------------------------------------------------------------------------
     def image_streams(self, img: Tensor) -> StreamOutput:
@@ -254,94 +267,90 @@ class GradCO(Method):
         if self.cfg.hia_agg_sims: return hia_image_feature(img_feats)
         return F.normalize(img_feats.mean(1), dim=-1)
 
+    # -- the hooks of Method: features, training scores, losses ------------------------------------
     def image_feature(self, img: Tensor) -> Tensor:
-        "B×P×D_I tokens -> the image feature of retrieval (the hook of Method)."
+        "B×P×D_I tokens -> the image feature of retrieval."
         return self.image_retrieval_feature(self.image_streams(img).feats)
 
     def text_feature(self, txt: Tensor, txt_mask: Tensor) -> Tensor:
-        "B×L×D_T tokens -> the HIA-weighted text feature of retrieval (the hook of Method)."
+        "B×L×D_T tokens -> the HIA-weighted text feature of retrieval."
         T = self.text_streams(txt, txt_mask)
         return self.text_retrieval_feature(T.feats, self.intent_weights(T.feats))
 
-    # -- training ----------------------------------------------------------------------------------
-    def forward(self, batch: dict) -> dict:
-        "Named losses of one batch and their weighted sum 'loss'."
-        ids, mask, idx = batch['text_ids'], batch['text_mask'], batch['idx']
-        img = self.image_tokens(batch['image'], batch.get('pose'))                # B×P×D_I
-        txt = self.backbone.encode_text(ids, mask)                                 # B×L×D_T
-        I, T = self.image_streams(img), self.text_streams(txt, mask)              # (a) U: B×R×N×D, f: B×R×E
-        hia = self.hia(T.feats, I)                                                 # (b)+(c) S_final: B×B
-        temp = self.backbone.temperature()
-        img_feat, txt_feat = self.image_retrieval_feature(I.feats), self.text_retrieval_feature(T.feats, hia.weights)
-        losses = {'itc': sim_infonce(hia.scores, temp, idx, self.cfg.label_smoothing),
-                  'itm': self.hia_itm_loss(batch, I, T, hia, temp) if self.cfg.hia_agg_feat
-                         else self.itm_loss(batch, img, txt, img_feat, txt_feat, temp),
-                  'mlm': self.mlm_loss(ids, mask, img)}
-        if hia.delta is not None:
-            losses['dir'] = torch.stack([direction_diversity(d, self.cfg.sigma) for d in hia.delta]).mean()
-        losses.update(self.extra_losses(batch, img, txt, img_feat, txt_feat))
-        out = self.weighted(losses)
-        if self.cfg.log_stats: out.update(self.stats(I, T, hia))
-        return out
+    def encode(self, batch: dict) -> GradCOEncoded:
+        "Tokens, (a) the streams of both sides, (b)+(c) anchors and S_final, and the retrieval features."
+        img, txt, mask = self.encode_tokens(batch)                                 # B×P×D_I, B×L×D_T, B×L
+        I, T = self.image_streams(img), self.text_streams(txt, mask)              # U: B×R×N×D, f: B×R×E
+        hia = self.hia(T.feats, I)                                                 # S_final: B×B
+        return GradCOEncoded(img, txt, mask, self.image_retrieval_feature(I.feats), self.text_retrieval_feature(T.feats, hia.weights),
+                             I=I, T=T, hia=hia)
 
-    def hia_itm_loss(self, batch: dict, I: StreamOutput, T: StreamOutput, hia: HIAScores, temp: Tensor) -> Tensor:
-        "ITM on intent-aggregated expert tokens: (Σ_r w_r,i U^T_r,i, Σ_r w_r,i U^I_r,j) for every pair (i, j)."
-        mask, idx = batch['text_mask'], batch['idx']
-        neg_img, neg_txt = sample_itm_negatives(hia.scores.t(), idx, temp)         # S_final is text×image
-        pairs = build_itm_pairs(neg_img, neg_txt, ihnm=self.cfg.ihnm)
-        txt_agg, w = aggregate_tokens(T.tokens, hia.weights), hia.weights          # B×L×D_T, B×R
-        hard_I_tokens = hard_txt = hard_mask = hard_w = None
-        if self.cfg.ihnm:
-            if 'hard_image' not in batch: raise ValueError("ihnm=True needs the counterparts 'hard_image' / 'hard_text_ids' in the batch")
-            hard_I_tokens = self.image_streams(self.image_tokens(batch['hard_image'], batch.get('hard_pose'))).tokens
-            L = max(mask.shape[1], batch['hard_text_mask'].shape[1])
-            txt_agg, mask, hard_mask = pad_to(txt_agg, L), pad_to(mask, L), pad_to(batch['hard_text_mask'], L)
-            hard_T = self.text_streams(self.backbone.encode_text(pad_to(batch['hard_text_ids'], L, self.tokens.pad), hard_mask), hard_mask)
-            hard_w = self.intent_weights(hard_T.feats)
-            hard_txt = aggregate_tokens(hard_T.tokens, hard_w)
-        img_pairs = aggregate_tokens(pairs.images(I.tokens, hard_I_tokens), pairs.texts(w, hard_w))   # N×P×D_I
-        fused = self.backbone.fuse(pairs.texts(txt_agg, hard_txt), pairs.texts(mask, hard_mask), img_pairs)   # N×L×D_T
-        return itm_loss(self.backbone.itm_logits(fused), pairs.labels, pairs.group if self.cfg.itm_weighting == 'official' else None)
+    def contrastive_scores(self, enc: GradCOEncoded) -> Tensor:
+        "S_finalᵀ (rows images, columns texts): L_itc is the InfoNCE of the aggregated, offloaded expert similarities."
+        return enc.hia.scores.t()
 
+    def itm_negatives(self, enc: GradCOEncoded, idx: Tensor, temp: Tensor) -> tuple[Tensor, Tensor]:
+        "Our reading: drawn from S_final at the learnt τ (itm_neg_temp does not apply); D#11: X-VLM's draw on the retrieval features."
+        if not self.cfg.hia_agg_feat: return super().itm_negatives(enc, idx, temp)
+        return sample_itm_negatives(self.contrastive_scores(enc), idx, temp)
+
+    def extra_losses(self, batch: dict, enc: GradCOEncoded) -> dict:
+        "L_dir, averaged over the streams (with the anchors on)."
+        if enc.hia.delta is None: return {}
+        return {'dir': torch.stack([direction_diversity(d, self.cfg.sigma) for d in enc.hia.delta]).mean()}
+
+    # -- the hooks of Method: what the cross encoder reads (HIA's intent-aware aggregation) -----------
+    def itm_image_tokens(self, img: Tensor) -> Tensor:
+        "B×P×D_I tokens -> the R' stream token sequences side by side, B×P×R'·D_I (D#11: the backbone's tokens)."
+        return hia_image_tokens(self.image_streams(img)) if self.cfg.hia_agg_feat else img
+
+    def itm_text_tokens(self, txt: Tensor, txt_mask: Tensor) -> Tensor:
+        "B×L×D_T tokens -> Σ_r w_r U^T_r with the weights w appended, B×L×(D_T+R) (D#11: the backbone's tokens)."
+        if not self.cfg.hia_agg_feat: return txt
+        T = self.text_streams(txt, txt_mask)
+        return hia_text_tokens(T, self.intent_weights(T.feats))
+
+    def itm_inputs(self, enc: GradCOEncoded) -> tuple[Tensor, Tensor]:
+        "The batch's two sides for the cross encoder, from the streams and weights `encode` computed."
+        if not self.cfg.hia_agg_feat: return enc.img, enc.txt
+        return hia_image_tokens(enc.I), hia_text_tokens(enc.T, enc.hia.weights)
+
+    def itm_logits(self, txt_tokens: Tensor, txt_mask: Tensor, img_tokens: Tensor, img_mask: Tensor | None = None) -> Tensor:
+        "N pairs -> N×2 ITM logits; each image's streams are aggregated with its query's weights: (Σ_r w_r U^T_r, Σ_r w_r U^I_r)."
+        if not self.cfg.hia_agg_feat: return super().itm_logits(txt_tokens, txt_mask, img_tokens, img_mask)
+        txt, w = unpack_text_tokens(txt_tokens, self.backbone.text_width)           # N×L×D_T, N×R
+        img = aggregate_tokens(img_tokens.unflatten(-1, (-1, self.backbone.vision_width)).transpose(1, 2), w)   # N×P×D_I
+        return super().itm_logits(txt, txt_mask, img, img_mask)
+
+    # -- the hooks of Method: what GradCO reports (training log, 31_diagnostics) ------------------------
     @torch.no_grad()
-    def stats(self, I: StreamOutput, T: StreamOutput, hia: HIAScores) -> dict:
-        "Detached per-stream scalars for the training log: anchor norm and cosine with f^T − f^I, gate means."
-        out = {}
+    def stream_stats(self, enc: GradCOEncoded) -> dict:
+        "Per stream: anchor norm and cosine with f^T − f^I, mean top-gate and HIA weights (0-d tensors)."
+        I, T, hia, out = enc.I, enc.T, enc.hia, {}
         for r, s in enumerate(self.cfg.streams):
             if hia.delta is not None:
                 diff = T.feats[:, None, r] - I.feats[None, :, r]                       # B×B×E, f^T_i − f^I_j
-                out[f'stat_anchor_norm_{s}'] = hia.delta[r].norm(dim=-1).mean()
-                out[f'stat_anchor_cos_{s}'] = F.cosine_similarity(hia.delta[r], diff, dim=-1).mean()
-            if I.top is not None: out[f'stat_gate_img_{s}'] = I.top[:, r].mean()
-            if T.top is not None: out[f'stat_gate_txt_{s}'] = T.top[:, r].mean()
-            out[f'stat_hia_{s}'] = hia.weights[:, r].mean()
+                out[f'anchor_norm_{s}'] = hia.delta[r].norm(dim=-1).mean()
+                out[f'anchor_cos_{s}'] = F.cosine_similarity(hia.delta[r], diff, dim=-1).mean()
+            if I.top is not None: out[f'gate_img_{s}'] = I.top[:, r].mean()
+            if T.top is not None: out[f'gate_txt_{s}'] = T.top[:, r].mean()
+            out[f'hia_{s}'] = hia.weights[:, r].mean()
         return out
 
-    # -- retrieval ---------------------------------------------------------------------------------
-    @torch.no_grad()
-    def embed_images(self, image: Tensor, pose: Tensor | None = None) -> ImageEmbedding:
-        "Gallery embedding: the concatenated expert features, and the stream tokens side by side (G×P×R'·D_I)."
-        img = self.image_tokens(image, pose)                                       # G×P×D_I
-        I = self.image_streams(img)
-        tokens = I.tokens.transpose(1, 2).flatten(2) if self.cfg.hia_agg_feat else img
-        return ImageEmbedding(self.image_retrieval_feature(I.feats), tokens, torch.ones(img.shape[:2], dtype=torch.long, device=img.device))
+    def training_stats(self, enc: GradCOEncoded) -> dict:
+        "With log_stats: the stream statistics as detached 'stat_*' scalars of forward's output."
+        return {f'stat_{k}': v for k, v in self.stream_stats(enc).items()} if self.cfg.log_stats else {}
+
+    def score_map(self, enc: GradCOEncoded) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+        "(B×R×E text expert features, f^T ↦ S_final): the anchors and the intent gate follow f^T."
+        return enc.T.feats, lambda tf: self.hia(tf, enc.I).scores
 
     @torch.no_grad()
-    def embed_texts(self, ids: Tensor, mask: Tensor) -> TextEmbedding:
-        "Query embedding: the HIA-weighted feature, and the aggregated tokens with the weights appended (Q×L×(D_T+R))."
-        txt = self.backbone.encode_text(ids, mask)
-        T = self.text_streams(txt, mask)
-        w = self.intent_weights(T.feats)                                           # Q×R
-        tokens = pack_text_tokens(aggregate_tokens(T.tokens, w), w) if self.cfg.hia_agg_feat else txt
-        return TextEmbedding(self.text_retrieval_feature(T.feats, w), tokens, mask)
-
-    @torch.no_grad()
-    def itm_scores(self, txt_tokens: Tensor, txt_mask: Tensor, img_tokens: Tensor, img_mask: Tensor | None = None) -> Tensor:
-        "ITM logit of 'match' for N pairs; each image's streams are aggregated with its query's weights -> N."
-        if not self.cfg.hia_agg_feat: return super().itm_scores(txt_tokens, txt_mask, img_tokens, img_mask)
-        txt, w = unpack_text_tokens(txt_tokens, self.backbone.text_width)           # N×L×D_T, N×R
-        img = aggregate_tokens(img_tokens.unflatten(-1, (-1, self.backbone.vision_width)).transpose(1, 2), w)   # N×P×D_I
-        return super().itm_scores(txt, txt_mask, img, img_mask)
+    def diagnostics(self, enc: GradCOEncoded) -> Report:
+        "The stream statistics, L_dir per stream, and the anchors Δ."
+        delta, streams = enc.hia.delta, self.cfg.streams
+        l_dir = {} if delta is None else {f'l_dir_{s}': direction_diversity(delta[r], self.cfg.sigma) for r, s in enumerate(streams)}
+        return Report({**self.stream_stats(enc), **l_dir}, delta)
 
 register('gradco', GradCO, GradCOConfig)
 
@@ -352,5 +361,6 @@ GRADCO_ARMS: dict[str, dict] = {
     'D#4': dict(image_experts=False), 'D#5': dict(text_experts=False), 'D#6': dict(image_experts=False, text_experts=False),
     'D#7': dict(gamma=0.0), 'D#8': dict(anchors=False),
     'D#9': dict(hia_agg_sims=False), 'D#10': dict(hia_intent=False), 'D#11': dict(hia_agg_feat=False),
-    'D#12': dict(loss_weights={**_base_loss_weights(), 'itc': 0.0}), 'D#13': dict(loss_weights={**_base_loss_weights(), 'itm': 0.0}),
+    'D#12': dict(loss_weights={**MethodConfig.default_loss_weights(), 'itc': 0.0}),
+    'D#13': dict(loss_weights={**MethodConfig.default_loss_weights(), 'itm': 0.0}),
 }   # arm -> build_method('gradco', …) switches (paper's ablation, Figures 3-4)

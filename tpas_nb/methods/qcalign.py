@@ -5,6 +5,7 @@
 # %% ../../nbs/22_qcalign.ipynb #41354419
 from __future__ import annotations
 from functools import partial
+from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import torch
@@ -12,11 +13,13 @@ import torch.nn.functional as F
 from torch import nn, Tensor
 
 from ..models.encoders import pool_parts
+from .base import register_regulariser
 
 # %% auto #0
 __all__ = ['SINKHORN_GRADS', 'SELF_MARGINALS', 'QCT_MARGINALS', 'QCT_ARMS', 'cosine_cost', 'transport_cost', 'SinkhornResult',
            'sinkhorn_solve', 'sinkhorn', 'sinkhorn_unbalanced', 'came_attention', 'came_marginals', 'uniform_marginals',
-           'sinkhorn_divergence', 'project_tokens', 'token_heads', 'word_mask', 'qct_loss', 'qct_method_loss']
+           'sinkhorn_divergence', 'project_tokens', 'token_heads', 'word_mask', 'qct_loss', 'qct_method_loss',
+           'QCTConfig']
 
 # %% ../../nbs/22_qcalign.ipynb #92b15b5e
 def cosine_cost(X: Tensor, # B×N×D
@@ -346,22 +349,42 @@ def qct_loss(img_tokens: Tensor, # B×N×D_I patch tokens (no pooled [CLS])
             L = transport_cost(Pi, C.masked_fill(~(mask_v[:, :, None] & mask_t[:, None, :]), 0))   # B, W^cross
     return L.mean()
 
-def qct_method_loss(method, # a `Method` (20_cmp) with `cfg.qct_*`, `backbone` and `tokens`
-                    batch: dict, # the training batch ('text_ids', 'text_mask')
-                    img: Tensor, # B×P×D_I image tokens (pooled [CLS] first), as `Method.image_tokens` returns
-                    txt: Tensor, # B×L×D_T text-encoder tokens
-                   ) -> Tensor:  # scalar L_QCT
-    "L_QCT of a method's batch with the method's switches: patches and words through the ITC heads token-wise."
-    c = method.cfg
+def qct_method_loss(method,       # a `Method` (20_base): its `backbone` and `tokens`
+                    batch: dict,  # the training batch ('text_ids', 'text_mask')
+                    enc,          # the batch's `Encoded` (20_base): enc.img B×P×D_I (pooled [CLS] first), enc.txt B×L×D_T
+                    cfg: 'QCTConfig', # QC-Align's switches (defined below)
+                   ) -> Tensor:   # scalar L_QCT
+    "L_QCT of a method's batch: patches and words through the ITC heads token-wise (the loss of the plug-in)."
     words = word_mask(batch['text_ids'], batch['text_mask'], (method.tokens.cls, method.tokens.sep))   # B×L
-    return qct_loss(img[:, 1:], txt, words, proj=token_heads(method.backbone), eps=c.qct_eps,
-                    marginals=c.qct_marginals, divergence=c.qct_divergence, unbalanced=c.qct_unbalanced)
+    return qct_loss(enc.img[:, 1:], enc.txt, words, proj=token_heads(method.backbone), eps=cfg.qct_eps,
+                    marginals=cfg.qct_marginals, divergence=cfg.qct_divergence, unbalanced=cfg.qct_unbalanced)
 
 # %% ../../nbs/22_qcalign.ipynb #8f839484
+@dataclass
+class QCTConfig:
+    "QC-Align's switches: λ·L_QCT added to any method's total (a plug-in regulariser, 20_base)."
+    qct_weight: float = 0.0         # λ (paper 0.5); 0 = off
+    qct_eps: float = 0.5            # ε of the Sinkhorn solves
+    qct_marginals: str = 'came'     # quotas: 'came' or 'uniform' (+OT, +UOT, +SD arms)
+    qct_divergence: bool = True     # Sinkhorn divergence W^cross − ½(W^vv + W^tt); False = W^cross (+OT, +UOT, +CAME)
+    qct_unbalanced: bool = False    # KL-relaxed marginals (the +UOT arm)
+
+    def check(self):
+        "Raise a ValueError on an invalid value."
+        if not self.qct_weight >= 0: raise ValueError(f"qct_weight must be >= 0, got {self.qct_weight}")
+        if not self.qct_eps > 0: raise ValueError(f"qct_eps must be > 0, got {self.qct_eps}")
+        if self.qct_marginals not in QCT_MARGINALS:
+            raise ValueError(f"qct_marginals must be 'came' or 'uniform', got {self.qct_marginals!r}")
+        if not (isinstance(self.qct_divergence, bool) and isinstance(self.qct_unbalanced, bool)):
+            raise ValueError(f"qct_divergence and qct_unbalanced must be bools, got {self.qct_divergence!r}, {self.qct_unbalanced!r}")
+        return self
+
+register_regulariser('qct', QCTConfig, qct_method_loss)
+
 QCT_ARMS: dict[str, dict] = {
     '+OT':       dict(qct_weight=0.5, qct_marginals='uniform', qct_divergence=False, qct_unbalanced=False),
     '+UOT':      dict(qct_weight=0.5, qct_marginals='uniform', qct_divergence=False, qct_unbalanced=True),
     '+SD':       dict(qct_weight=0.5, qct_marginals='uniform', qct_divergence=True,  qct_unbalanced=False),
     '+CAME':     dict(qct_weight=0.5, qct_marginals='came',    qct_divergence=False, qct_unbalanced=False),
     '+QC-Align': dict(qct_weight=0.5, qct_marginals='came',    qct_divergence=True,  qct_unbalanced=False),
-}   # arm of QC-Align's ablation table -> MethodConfig switches
+}   # arm of QC-Align's ablation table -> QCTConfig switches (on any method)

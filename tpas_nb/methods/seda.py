@@ -4,7 +4,7 @@
 
 # %% ../../nbs/21_seda.ipynb #99cb8067
 from __future__ import annotations
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -12,13 +12,13 @@ import torch.nn.functional as F
 from torch import nn, Tensor
 
 from ..config import BackboneConfig
+from ..models.attention import CrossAttention
 from ..data.pab import SUB_KEYS
-from .cmp import Method, MethodConfig, TokenIds, register, pad_to
+from .base import Method, MethodConfig, TokenIds, Encoded, register, pad_to
 from ..objectives import itc_loss, itc_similarity, sample_itm_negatives, build_itm_pairs, itm_loss, ItmPairs
 
 # %% auto #0
-__all__ = ['FACTORS', 'STP_WEIGHTINGS', 'ABLATION_ROWS', 'STPOutput', 'FactorCrossAttention', 'SemanticTokenProjection',
-           'fdl_loss', 'SeDAConfig', 'SeDA']
+__all__ = ['FACTORS', 'STP_WEIGHTINGS', 'ABLATION_ROWS', 'STPOutput', 'SemanticTokenProjection', 'fdl_loss', 'SeDAConfig', 'SeDA']
 
 # %% ../../nbs/21_seda.ipynb #388a9f29
 FACTORS = SUB_KEYS                                          # ('appearance', 'action', 'background'), the sub-caption order
@@ -30,26 +30,6 @@ class STPOutput(NamedTuple):
     factors: Tensor  # B×K×D_f factor tokens z^k
     weights: Tensor  # B×K×N token weights α^{i,k} (0 on padding)
     queries: Tensor  # B×K×D factor queries q^k
-
-class FactorCrossAttention(nn.Module):
-    "x̃_k = W_o·MHA(W_q q_k; W_k x_i, W_v x_i): the 'standard cross-attention' arm of STP."
-    def __init__(self, dim: int, num_heads: int = 8):
-        super().__init__()
-        if dim % num_heads: raise ValueError(f"dim={dim} is not divisible by stp_heads={num_heads}")
-        self.num_heads, self.head_dim = num_heads, dim // num_heads
-        self.w_q = nn.Linear(dim, dim, bias=False)
-        self.w_kv = nn.Linear(dim, 2 * dim, bias=False)
-        self.proj = nn.Linear(dim, dim)
-
-    def forward(self, queries: Tensor, tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        "B×K×D queries, B×N×D tokens, B×N bool mask -> (B×K×D aggregated, B×K×N weights averaged over heads)."
-        (B, K, D), N, H = queries.shape, tokens.shape[1], self.num_heads
-        q = self.w_q(queries).view(B, K, H, -1).transpose(1, 2)                      # B×H×K×d
-        k, v = self.w_kv(tokens).view(B, N, 2, H, -1).permute(2, 0, 3, 1, 4)         # 2 × B×H×N×d
-        logits = (q @ k.transpose(-2, -1)) / self.head_dim ** 0.5                     # B×H×K×N
-        attn = logits.masked_fill(~mask[:, None, None, :], float('-inf')).softmax(-1)
-        out = (attn @ v).transpose(1, 2).reshape(B, K, D)                             # B×K×D
-        return self.proj(out), attn.mean(1)
 
 class SemanticTokenProjection(nn.Module):
     "STP: K factor queries from [CLS], token weights α, factor tokens z^k = W_m[q_k; x̃_k], global z = W_p[(x_cls;) z^1 … z^K]."
@@ -65,7 +45,7 @@ class SemanticTokenProjection(nn.Module):
             raise ValueError(f"unknown stp_weighting {weighting!r}; valid names: {list(STP_WEIGHTINGS)}")
         self.n_factors, self.weighting, self.with_cls = n_factors, weighting, with_cls
         self.w_d = nn.Linear(dim, n_factors * dim)                                # W_d: D -> K·D
-        self.attn = FactorCrossAttention(dim, num_heads) if weighting == 'cross_attention' else None
+        self.attn = CrossAttention(dim, num_heads, qkv_bias=False) if weighting == 'cross_attention' else None
         self.w_m = nn.Linear(2 * dim, factor_dim)                                 # W_m, shared by the K factors
         self.w_p = nn.Linear(with_cls * dim + n_factors * factor_dim, embed_dim)  # W_p
 
@@ -79,7 +59,8 @@ class SemanticTokenProjection(nn.Module):
         mask = torch.ones(B, N, dtype=torch.bool, device=tokens.device) if mask is None else mask.bool()
         q = self.w_d(cls).view(B, self.n_factors, D)                              # B×K×D, Split(x_cls W_d)
         if self.attn is not None:
-            agg, alpha = self.attn(q, tokens, mask)                               # B×K×D, B×K×N
+            agg, w = self.attn(q, tokens, mask, need_weights=True)                # B×K×D, B×H×K×N
+            alpha = w.mean(1)                                                     # B×K×N, averaged over the heads
         else:
             logits = torch.einsum('bkd,bnd->bkn', q, tokens)                      # B×K×N, x_i · q_k
             if self.weighting == 'sigmoid': alpha = torch.sigmoid(logits) * mask[:, None, :]     # α = σ(x_i·q_k), 0 on padding
@@ -106,11 +87,6 @@ def fdl_loss(img_factors: Tensor, # B×K×D_f image factor tokens z_I^k
                for k in range(anchors.shape[1]))
 
 # %% ../../nbs/21_seda.ipynb #7c03ccdc
-def _seda_loss_weights() -> dict:
-    "The base method's loss weights (whatever terms it has) plus FDL and ITM-sem, all 1."
-    base = next(f for f in fields(MethodConfig) if f.name == 'loss_weights').default_factory()
-    return {**base, 'fdl': 1.0, 'itm_sem': 1.0}
-
 @dataclass
 class SeDAConfig(MethodConfig):
     "Switches of SeDA (STP, FDL, ITM-sem) on top of the X-VLM / CMP switches."
@@ -120,9 +96,9 @@ class SeDAConfig(MethodConfig):
     fdl_temp: str = 'fixed'          # 'fixed': τ = fdl_tau, no smoothing (paper); 'shared': the learnable ITC τ and label smoothing (official code)
     fdl_tau: float = 0.07            # τ of FDL when fdl_temp = 'fixed'
     itm_sem: bool = True             # ITM-sem on (I, T^k) with factor hard negatives (rows I-IV: off)
-    itm_sem_mining: str = 'caption'  # negatives ∝ softmax(s(z_I^k, z_T^k)/τ): 'caption' (PAPERS.md, official) or 'anchor' (z_{T^k}^k)
+    itm_sem_mining: str = 'caption'  # negatives ∝ softmax(s(z_I^k, z_T^k)/τ): 'caption' (official code) or 'anchor' (z_{T^k}^k)
     stp_heads: int = 8               # heads of the 'cross_attention' arm (official: 8)
-    loss_weights: dict = field(default_factory=_seda_loss_weights)  # L = Σ w_k L_k over itc, itm, mlm, fdl, itm_sem (+ base terms)
+    loss_weights: dict = field(default_factory=lambda: {**MethodConfig.default_loss_weights(), 'fdl': 1.0, 'itm_sem': 1.0})  # L = Σ w_k L_k over itc, itm, mlm, fdl, itm_sem (+ plug-ins)
 
     def check(self):
         "Raise a ValueError on an invalid value; put `factors` in canonical order."
@@ -144,14 +120,14 @@ class SeDAConfig(MethodConfig):
 # %% ../../nbs/21_seda.ipynb #a0163f5e
 class SeDA(Method):
     "CMP with Semantic Token Projection global features, the Feature Decoupling Loss and ITM-sem."
-    def __init__(self, backbone_cfg: BackboneConfig, tokens: TokenIds, cfg: SeDAConfig | None = None):
+    def __init__(self, backbone_cfg: BackboneConfig, tokens: TokenIds, cfg: SeDAConfig | None = None, regularisers: dict | None = None):
         cfg = SeDAConfig() if cfg is None else cfg
         if not isinstance(cfg, SeDAConfig): raise TypeError(f"SeDA needs a SeDAConfig, got {type(cfg).__name__}")
-        super().__init__(backbone_cfg, tokens, cfg)
+        super().__init__(backbone_cfg, tokens, cfg, regularisers)
         bb, K = self.backbone, len(cfg.factors)
         E, d_i, d_t = bb.vision_proj.out_features, bb.vision_width, bb.text_width
         bb.text_pool = None                             # the global heads are replaced by STP's W_p; QC-Align,
-        if not getattr(cfg, 'qct_weight', 0):           # when on, still projects tokens with them (22_qcalign)
+        if not any(r.weight for r in self.regularisers.values()):   # when on, still projects tokens with them (22_qcalign)
             bb.vision_proj = bb.text_proj = None
         self.image_stp = SemanticTokenProjection(d_i, d_i, E, K, cfg.stp_weighting, with_cls=False, num_heads=cfg.stp_heads)
         self.text_stp = SemanticTokenProjection(d_t, d_i, E, K, cfg.stp_weighting, with_cls=True, num_heads=cfg.stp_heads)
@@ -228,9 +204,10 @@ class SeDA(Method):
         group = torch.cat([torch.full_like(p.labels, k) for k, p in enumerate(pairs)])    # factor of each pair
         return itm_loss(self.backbone.itm_logits(fused), labels, group if self.cfg.itm_weighting == 'official' else None)
 
-    def extra_losses(self, batch: dict, img: Tensor, txt: Tensor, img_feat: Tensor, txt_feat: Tensor) -> dict:
-        "The base method's extra losses, plus L_FD ('fdl') and L_ITM-sem ('itm_sem')."
-        losses = super().extra_losses(batch, img, txt, img_feat, txt_feat)
+    def extra_losses(self, batch: dict, enc: Encoded) -> dict:
+        "SeDA's own terms: L_FD ('fdl') and L_ITM-sem ('itm_sem')."
+        losses = super().extra_losses(batch, enc)
+        img, txt = enc.img, enc.txt                                                       # B×P×D_I, B×L×D_T
         cfg = self.cfg
         if not (cfg.fdl or cfg.itm_sem): return losses
         sub_ids, sub_mask = self.sub_captions(batch)                                      # B×K×L_s

@@ -6,8 +6,9 @@
 from __future__ import annotations
 from typing import Callable
 import torch
-import torch.nn.functional as F
 from torch import nn, Tensor
+
+from .attention import CrossAttention
 
 # %% auto #0
 __all__ = ['PoseConv', 'PoseAwareCrossAttention', 'PoseBranch']
@@ -20,35 +21,18 @@ class PoseConv(nn.Sequential):
                          nn.Conv2d(hidden, 3, 3, padding=1, bias=False), nn.BatchNorm2d(3), nn.ReLU())
 
 # %% ../../nbs/11_pose_fusion.ipynb #3e9657f8
-class PoseAwareCrossAttention(nn.Module):
-    "f_V = f_I + W_o·MHA(q = LN(f_P), k = v = LN(f_I)): pose tokens query image tokens."
+class PoseAwareCrossAttention(CrossAttention):
+    "f_V = f_I + W_o·MHA(q = LN(f_P), k = v = LN(f_I)): pose tokens query image tokens, one LayerNorm shared by both."
     def __init__(self, dim: int, num_heads: int = 8):
-        super().__init__()
-        if dim % num_heads: raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads}")
-        self.num_heads, self.head_dim = num_heads, dim // num_heads
-        self.norm = nn.LayerNorm(dim)                                   # shared by f_I and f_P
-        self.w_q, self.w_k, self.w_v, self.proj = (nn.Linear(dim, dim) for _ in range(4))
-
-    def split_heads(self, x: Tensor) -> Tensor:
-        "B×P×D -> B×H×P×d."
-        B, P, _ = x.shape
-        return x.view(B, P, self.num_heads, self.head_dim).transpose(1, 2)
-
-    def qkv(self, img_tokens: Tensor, pose_tokens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        "Per-head queries from LN(f_P), keys and values from LN(f_I), each B×H×P×d."
-        x, p = self.norm(img_tokens), self.norm(pose_tokens)
-        return self.split_heads(self.w_q(p)), self.split_heads(self.w_k(x)), self.split_heads(self.w_v(x))
+        super().__init__(dim, num_heads, pre_norm=True)
 
     def attention(self, img_tokens: Tensor, pose_tokens: Tensor) -> Tensor:
         "Attention weights softmax(q kᵀ/√d), B×H×P(query: pose)×P(key: image)."
-        q, k, _ = self.qkv(img_tokens, pose_tokens)
-        return (q @ k.transpose(-2, -1) / self.head_dim ** 0.5).softmax(-1)
+        return super().forward(pose_tokens, img_tokens, need_weights=True).weights
 
     def cross_attend(self, img_tokens: Tensor, pose_tokens: Tensor) -> Tensor:
-        "f_CA, B×P×D."
-        B, P, D = img_tokens.shape
-        ca = F.scaled_dot_product_attention(*self.qkv(img_tokens, pose_tokens))   # B×H×P×d
-        return self.proj(ca.transpose(1, 2).reshape(B, P, D))                    # B×P×D
+        "f_CA = CA(q = f_P; k, v = f_I), B×P×D."
+        return super().forward(pose_tokens, img_tokens).out
 
     def forward(self, img_tokens: Tensor, # B×P×D image tokens f_I
                 pose_tokens: Tensor,      # B×P×D pose tokens f_P
