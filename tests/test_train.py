@@ -162,3 +162,24 @@ def test_parameters_cell_lists_every_switch():
     "The method switches of 90_train's parameters cell are those of the registered method configs (.ci/make_params.py)."
     r = run(sys.executable, REPO / '.ci' / 'make_params.py', '--check')
     assert r.returncode == 0, r.stderr + r.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('arm', ['cmp', 'gradco', 'seda_ca', 'cmp_qct'])
+def test_loss_curves_as_before(cache, tmp_path, arm):
+    """A fixed-seed 20-step run gives the loss curve that the code before the run-folder/trainer/method-hooks refactor gave
+    (tests/fixtures/loss_curves_9c08c06.json: 5 epochs of 16 pairs, batch 8, one torch thread); the attention and InfoNCE
+    rewrites change the float summation order, hence the tolerance."""
+    method, args = {'cmp': ('cmp', {}), 'gradco': ('gradco', {}), 'seda_ca': ('seda', {'stp_weighting': 'cross_attention'}),
+                    'cmp_qct': ('cmp', {'qct_weight': 0.5})}[arm]
+    want = json.loads((REPO / 'tests' / 'fixtures' / 'loss_curves_9c08c06.json').read_text())['curves'][arm]
+    synth = dict(SYNTH, synth_test_pairs=6)
+    config = RunConfig(method=method, method_args=args, out_dir=str(tmp_path / arm), data=DataConfig(cache_dir=str(cache / 'curves'), **synth),
+                       epochs=5, batch_size=8, seed=0, k_test=4, eval_batch=4, optim=OptimConfig(lr=1e-3, lr_min=1e-4, warmup_steps=2))
+    save_config(config, tmp_path / 'c.yaml')
+    ok(worker('train', tmp_path / 'c.yaml'))
+    got = [json.loads(l) for l in (tmp_path / arm / 'log.jsonl').read_text().splitlines()]
+    assert len(got) == len(want) == 20
+    for g, w in zip(got, want):
+        assert set(w) <= set(g), (w, g)
+        for k, v in w.items(): assert abs(g[k] - v) <= 1e-5 * max(1.0, abs(v)), (arm, g['step'], k, g[k], v)
