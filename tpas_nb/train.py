@@ -243,7 +243,7 @@ class TrainState:
     done: bool = False               # trained to the end: only the final evaluation is left
 
 class Callback:
-    "A participant of `Trainer.fit`: a method per event (`before_fit`, `before_epoch`, `after_step`, `after_fit`), run by `order`."
+    "A participant of `Trainer.fit`: a method per event (`before_fit`, `before_epochs`, `before_epoch`, `after_step`, `after_fit`), run by `order`."
     order = 0
     main_only = False                # run on the main process only
 
