@@ -1,5 +1,6 @@
 """End-to-end tests of training: the papermill notebook 90_train, exact resume after a SIGKILL, two CPU processes
-(gloo) against one, and evaluation sharded over two processes against one process."""
+(gloo) against one (the trainer, the contrastive terms gathered over processes, arms with parameters without gradient),
+and evaluation sharded over two processes against one process."""
 import json, os, subprocess, sys
 from pathlib import Path
 
@@ -144,6 +145,58 @@ def test_two_processes_match_one(cache, tmp_path):
     for x, y in zip(la, lb): assert abs(x['loss'] - y['loss']) < 1e-5, (x, y)
 
 
+# the contrastive terms only: ITM negatives and MLM masks are drawn per process (as in X-VLM), so they differ by design
+CONTRASTIVE = {'cmp': {'itc': 1.0, 'itm': 0.0, 'mlm': 0.0},
+               'seda': {'itc': 1.0, 'itm': 0.0, 'mlm': 0.0, 'fdl': 1.0, 'itm_sem': 0.0},
+               'gradco': {'itc': 1.0, 'itm': 0.0, 'mlm': 0.0, 'dir': None}}
+EXTRA = {'gradco': {'counterpart_batches': False}}   # with GradCO's counterpart batches the whole gradient still agrees to 1e-5 of its norm, but one
+                                                     # gate's tiny gradient differs by 1.7e-4 relative (cancellation); the per-parameter check uses random batches
+
+
+@pytest.mark.parametrize('method', sorted(CONTRASTIVE))
+def test_gathered_contrastive_terms_match_one_process(cache, tmp_path, method):
+    """Two gloo processes with 4 pairs each give the loss and every gradient of one process on the same batch of 8 (dropout
+    off): ITC (CMP), ITC and FDL (SeDA), ITC on S_final and L_dir over the offload anchors of all pairs (GradCO). The features
+    are gathered over the processes with their gradients (gather_with_grad); per-process ITC (the behaviour before) puts
+    CMP's gradients 18% away."""
+    for name, nproc in (('one', 1), ('two', 2)):
+        save_config(tiny_config(cache, tmp_path / name, method=method, method_args={'loss_weights': CONTRASTIVE[method], **EXTRA.get(method, {})},
+                                epochs=1, max_steps=1), tmp_path / f'{name}.yaml')
+        ok(worker('grads', tmp_path / f'{name}.yaml', '--out', tmp_path / f'{name}.pt', nproc=nproc))
+    one, two = (torch.load(tmp_path / f'{n}.pt') for n in ('one', 'two'))
+    assert (one['processes'], one['gather'], two['processes'], two['gather']) == (1, False, 2, True)
+    terms = [k for k in ('loss', 'loss_itc', 'loss_fdl', 'loss_dir') if k in one['losses']]
+    assert len(terms) == {'cmp': 2, 'seda': 3, 'gradco': 3}[method]
+    for k in terms: assert abs(one['losses'][k] - two['losses'][k]) <= 2e-6 * max(1.0, abs(one['losses'][k])), (k, one['losses'], two['losses'])
+    a, b = one['grads'], two['grads']
+    assert sorted(a) == sorted(b)                              # the same parameters have a gradient (the others: None on both)
+    total = torch.cat([g.flatten() for g in a.values()]).norm()
+    assert torch.cat([(a[k] - b[k]).flatten() for k in a]).norm() <= 1e-5 * total
+    for k in a:
+        if a[k].norm() > 1e-5 * total: assert (a[k] - b[k]).norm() <= 1e-4 * a[k].norm(), k
+
+
+@pytest.mark.parametrize('arm', ['D#12', 'D#13'])
+def test_arms_without_gradient_train_on_two_processes(cache, tmp_path, arm):
+    """GradCO D#12 (ITC weight 0: τ gets no gradient) and D#13 (ITM weight 0: the ITM head gets none) stopped DDP at the
+    second forward ("Expected to have finished reduction in the prior iteration"); with find_unused_parameters
+    (make_accelerator) they train on two processes with gradient accumulation, and those parameters stay as on one process:
+    never stepped, never decayed."""
+    from tpas_nb.methods.gradco import GRADCO_ARMS
+    args = {'loss_weights': GRADCO_ARMS[arm]['loss_weights']}
+    for name, nproc in (('one', 1), ('two', 2)):
+        save_config(tiny_config(cache, tmp_path / name, method='gradco', method_args=args, epochs=1, max_steps=2, grad_accum=2),
+                    tmp_path / f'{name}.yaml')
+        ok(worker('train', tmp_path / f'{name}.yaml', nproc=nproc))
+    a, b = weights(tmp_path / 'one'), weights(tmp_path / 'two')
+    idle = [k for k in a if (k == 'backbone.temp' if arm == 'D#12' else k.startswith('backbone.itm_head.'))]
+    assert len(idle) == (1 if arm == 'D#12' else 6)
+    for k in idle: assert torch.equal(a[k], b[k]), k
+    if arm == 'D#12': assert b['backbone.temp'].item() == torch.tensor(0.07).item()
+    log = [json.loads(l) for l in (tmp_path / 'two' / 'log.jsonl').read_text().splitlines()]
+    assert [r['step'] for r in log] == [1, 2] and all(('loss_itc' if arm == 'D#12' else 'loss_itm') in r for r in log)
+
+
 def test_sharded_evaluation_is_exact(cache, tmp_path):
     "evaluate_run on two processes gives exactly the metrics of one process (no duplicated or dropped gallery items)."
     out = tmp_path / 'run'
@@ -169,9 +222,11 @@ def test_parameters_cell_lists_every_switch():
 def test_loss_curves_as_before(cache, tmp_path, arm):
     """A fixed-seed 20-step run gives the loss curve that the code before the run-folder/trainer/method-hooks refactor gave
     (tests/fixtures/loss_curves_9c08c06.json: 5 epochs of 16 pairs, batch 8, one torch thread); the attention and InfoNCE
-    rewrites change the float summation order, hence the tolerance."""
-    method, args = {'cmp': ('cmp', {}), 'gradco': ('gradco', {}), 'seda_ca': ('seda', {'stp_weighting': 'cross_attention'}),
-                    'cmp_qct': ('cmp', {'qct_weight': 0.5})}[arm]
+    rewrites change the float summation order, hence the tolerance. Issue 15's new defaults (GradCO's counterpart batches, SeDA's summed
+    ITM-sem) are switched off: the old behaviour is a switch away."""
+    method, args = {'cmp': ('cmp', {}), 'cmp_qct': ('cmp', {'qct_weight': 0.5}),
+                    'gradco': ('gradco', {'counterpart_batches': False}),                          # random batches, as before issue 15
+                    'seda_ca': ('seda', {'stp_weighting': 'cross_attention', 'itm_sem_sum': False})}[arm]   # ITM-sem's mean, as before
     want = json.loads((REPO / 'tests' / 'fixtures' / 'loss_curves_9c08c06.json').read_text())['curves'][arm]
     synth = dict(SYNTH, synth_test_pairs=6)
     config = RunConfig(method=method, method_args=args, out_dir=str(tmp_path / arm), data=DataConfig(cache_dir=str(cache / 'curves'), **synth),

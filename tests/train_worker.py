@@ -2,6 +2,7 @@
 
 python tests/train_worker.py train CONFIG.yaml [--toy] [--kill-after-epoch N]
 python tests/train_worker.py eval RUN_DIR --out metrics.json [--toy]
+python tests/train_worker.py grads CONFIG.yaml --out grads.pt   # one optimiser step without dropout: its loss terms and gradients
 """
 import argparse, json, os, signal
 import torch
@@ -21,13 +22,27 @@ def toy(config):
     return ToyMethod(len(tok))
 
 
+def first_step_grads(config, out):
+    "The trainer's first optimiser step of `config.method` in eval mode: rank 0 saves the loss terms (mean over processes) and the gradients (after DDP)."
+    t = T.Trainer(config, progress=False)
+    net = t.net
+    net.eval(); net.train = lambda mode=True: net          # no dropout, drop-path or batch statistics: a process's features depend on its inputs alone
+    step, saved = t.optimizer.step, {}
+    def capture(*a, **k):                                   # the gradients AdamW is about to use
+        saved.update({n: p.grad.detach().clone() for n, p in net.named_parameters() if p.grad is not None})
+        return step(*a, **k)
+    t.optimizer.step = capture
+    t.fit()
+    if t.main: torch.save(dict(losses=t.losses, grads=saved, processes=t.W, gather=getattr(net, 'gather_processes', None)), out)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('mode', choices=['train', 'eval'])
+    ap.add_argument('mode', choices=['train', 'eval', 'grads'])
     ap.add_argument('path', help='config YAML (train) or run folder (eval)')
     ap.add_argument('--toy', action='store_true', help='use tests/toy_method.ToyMethod instead of config.method')
     ap.add_argument('--kill-after-epoch', type=int, default=0, help='SIGKILL this process right after that epoch is checkpointed')
-    ap.add_argument('--out', default='', help='eval: where rank 0 writes the metrics')
+    ap.add_argument('--out', default='', help='eval: where rank 0 writes the metrics; grads: the .pt file')
     a = ap.parse_args()
     if a.mode == 'train':
         config = load_config(a.path)
@@ -38,6 +53,9 @@ def main():
                 if state['epoch'] >= a.kill_after_epoch and state['micro'] == 0: os.kill(os.getpid(), signal.SIGKILL)
             T.save_state = save_then_die
         T.train(config, progress=False, method=toy(config) if a.toy else None)
+        T.close_process_group()
+    elif a.mode == 'grads':
+        first_step_grads(load_config(a.path), a.out)
         T.close_process_group()
     else:
         from accelerate import Accelerator

@@ -10,9 +10,10 @@ from pathlib import Path
 import yaml
 
 # %% auto #0
-__all__ = ['PRESETS', 'PROFILES', 'FLAT_ALIASES', 'SWITCHES', 'VisionConfig', 'TextConfig', 'BackboneConfig', 'get_preset',
-           'DataConfig', 'OptimConfig', 'RunConfig', 'to_dict', 'from_dict', 'save_config', 'load_config',
-           'register_switches', 'flat_path', 'from_flat', 'progress']
+__all__ = ['PRESETS', 'PROFILE_SETTINGS', 'PROFILES', 'FLAT_ALIASES', 'SWITCHES', 'REQUIREMENTS', 'VisionConfig', 'TextConfig',
+           'BackboneConfig', 'get_preset', 'DataConfig', 'OptimConfig', 'RunConfig', 'to_dict', 'from_dict',
+           'save_config', 'load_config', 'profile_fields', 'profile_table', 'register_switches', 'flat_path',
+           'flat_value', 'from_flat', 'progress', 'check_requirements']
 
 # %% ../nbs/00_config.ipynb #55b62538
 @dataclass
@@ -62,6 +63,7 @@ class BackboneConfig:
     embed_dim: int = 64             # E: width of the ITC space (X-VLM: 256)
     temp: float = 0.07              # initial ITC temperature τ (learnable, clamped to [0.001, 0.5])
     pose_hidden: int = 16           # Pose Conv width (CMP: 96; at 96 its full-resolution convolutions cost more than the rest of the tiny model on a CPU)
+    pose_heads: int = 8             # heads of CMP's pose-aware cross-attention (official block: 16, the paper preset's; tiny: 8)
 
 # %% ../nbs/00_config.ipynb #2b665a25
 PRESETS: dict[str, BackboneConfig] = {
@@ -72,7 +74,7 @@ PRESETS: dict[str, BackboneConfig] = {
         text=TextConfig(vocab_size=30522, hidden_size=768, num_text_layers=6, num_cross_layers=6,
                         num_attention_heads=12, intermediate_size=3072, max_position_embeddings=512,
                         max_len=56),
-        embed_dim=256, pose_hidden=96),
+        embed_dim=256, pose_hidden=96, pose_heads=16),
 }
 
 def get_preset(name: str) -> BackboneConfig:
@@ -99,6 +101,11 @@ class DataConfig:
     synth_ucc_pairs: int = 1000     # SynthPAB out-of-distribution (ucc) pairs
     synth_image_size: int = 96      # SynthPAB image side in pixels
     synth_weather: bool = True      # also write the nine multi-weather copies of the test set
+    train_split: str = 'train'      # training annotations: 'train' (annotation/train, PAB) or 'train_decouple' (SeDA's decomposed captions, 04_pab)
+    train_subset: int = 0           # train on this many records only, drawn whole people at a time (0 = all; the 0.1M protocol: 100000)
+    train_subset_seed: int = 0      # seed of the train_subset draw (the same subset for every run seed)
+    eda_p: float = 0.0              # probability that a caption's augmented copy is an EDA variant (official CMP: 1 when eda is on; 03a_eda); 0 = no copy
+    eda_synonyms: str = ''          # EDA's synonym file (WordNet-style, 03a_eda); '' = SynthPAB's own table (SynthPAB only)
 
 @dataclass
 class OptimConfig:
@@ -121,7 +128,8 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     epochs: int = 1                 # passes over the training pairs; 0 = evaluate the initial weights as they are (zero-shot)
-    batch_size: int = 32            # global batch, split across processes
+    batch_size: int = 32            # B, the global batch of one optimiser step (all processes together); 0: batch_per_device × processes × grad_accum
+    batch_per_device: int = 0       # pairs per process and micro-batch (the official codes' batch_size_train); used when batch_size is 0
     grad_accum: int = 1             # gradient accumulation steps
     max_steps: int = 0              # stop after this many optimiser steps; 0 = run all epochs
     seed: int = 0
@@ -133,6 +141,12 @@ class RunConfig:
     eval_batch: int = 64            # images / captions per embedding call at evaluation
     val_every: int = 1              # evaluate on `val` every this many epochs (and after the last step)
     checkpoint_every: int = 0       # also checkpoint every this many optimiser steps; 0 = at epoch ends only
+
+    def global_batch(self, processes: int = 1) -> int:
+        "B of one optimiser step on `processes` processes: `batch_size`, or `batch_per_device` × processes × grad_accum."
+        if (self.batch_size > 0) == (self.batch_per_device > 0):
+            raise ValueError(f"set exactly one of batch_size (global) and batch_per_device, got {self.batch_size} and {self.batch_per_device}")
+        return self.batch_size or self.batch_per_device * processes * self.grad_accum
 
 # %% ../nbs/00_config.ipynb #7255f69f
 def to_dict(cfg) -> dict:
@@ -176,21 +190,75 @@ def load_config(path, cls=RunConfig):
     return from_dict(cls, d, where=str(path))
 
 # %% ../nbs/00_config.ipynb #506a7575
-PROFILES: dict[str, dict] = {   # name -> RunConfig fields (nested like RunConfig) that every run of the profile shares
-    'cpu': dict(    # the tiny preset on a laptop's CPU, fine-tuning the shipped tiny X-VLM (the recipe is measured in 42_pretrain)
-        preset='tiny', init_checkpoint='pretrained', device='cpu', epochs=4, batch_size=64, k_test=32,
-        method_args=dict(mlm_frac=0.25, itm_neg_temp=0.05),
-        optim=dict(lr=2e-3, lr_min=2e-4, warmup_steps=50)),
-    'paper': dict(  # Swin-B + BERT-base from an X-VLM checkpoint on GPUs (CMP §5; init_checkpoint and data_root must be given)
-        preset='paper', init_checkpoint='', device='auto', epochs=30, batch_size=120, k_test=128,
-        optim=dict(lr=1e-4, lr_min=1e-5, warmup_steps=500, lr_mult_new=2.0)),
+_OFFICIAL = 'official config'   # SeDA's configs/cmp_decouple.yaml (its train.py for precision), built on CMP's code
+
+PROFILE_SETTINGS: dict[str, list[tuple]] = {   # profile -> rows (method, or '*' for every method; RunConfig path; value; source)
+    'cpu': [   # the tiny preset on a laptop's CPU, fine-tuning the shipped tiny X-VLM; the recipe is measured in 42_pretrain
+        ('*', 'preset', 'tiny', '00_config: the CPU preset, same code path as paper'),
+        ('*', 'init_checkpoint', 'pretrained', '42_pretrain: the tiny X-VLM that ships in tpas_nb/weights'),
+        ('*', 'device', 'cpu', 'the CPU profile'),
+        ('*', 'epochs', 4, '42_pretrain, Fine-tuning on the CPU (624 steps, about 5 min on two cores)'),
+        ('*', 'batch_size', 64, '42_pretrain, trial "batch 32"; a global batch of paired records'),
+        ('*', 'k_test', 128, 'CMP App. B.2 "the top 128 images"; 30_retrieval: from cached keys and values, 2,000 queries in ~12 s on one thread'),
+        ('*', 'method_args.mlm_frac', 0.25, '42_pretrain, The recipe: MLM on a quarter of the captions'),
+        ('*', 'method_args.itm_neg_temp', 0.05, '42_pretrain, trial "ITM negatives at the learnt τ"'),
+        ('*', 'optim.lr', 2e-3, '42_pretrain, trials "lr / 2" and "lr x 2"'),
+        ('*', 'optim.lr_min', 2e-4, "lr / 10, the papers' ratio"),
+        ('*', 'optim.warmup_steps', 50, '42_pretrain'),
+    ],
+    'paper': [   # the papers' fine-tuning of X-VLM on GPUs: CMP's recipe, which SeDA repeats; a method row replaces a '*' row
+        ('*', 'preset', 'paper', 'CMP §4.3, §5, App. B.1: Swin-B at 224 px, BERT-base as 6 text + 6 cross layers, 56 tokens'),
+        ('*', 'init_checkpoint', '', 'CMP §5 "initialized by X-VLM": 16m_base_model_state_step_199999.th (CMP README); give its path'),
+        ('*', 'device', 'auto', 'the GPUs when there are any'),
+        ('*', 'mixed_precision', 'auto', "bf16 on GPUs: official SeDA train.py (torch.autocast bfloat16); CMP's text does not say"),
+        ('*', 'epochs', 30, 'CMP §5; SeDA, implementation details'),
+        ('*', 'batch_size', 0, 'the global batch follows the GPUs: batch_per_device × processes'),
+        ('*', 'batch_per_device', 22, 'CMP §5 "mini-batch size of 22" on four RTX 3090 (App. B.1); SeDA: "per-GPU mini-batch '
+                                      f'size of 22" on four L40S; {_OFFICIAL}: batch_size_train 22 per process'),
+        ('*', 'optim.lr', 1e-4, 'CMP §5; SeDA'),
+        ('*', 'optim.lr_min', 1e-5, 'CMP §5 "linearly decreases from 1e-4 to 1e-5"; SeDA'),
+        ('*', 'optim.warmup_steps', 500, f'CMP App. B.1 "the first 500 training iterations"; {_OFFICIAL}: num_warmup_steps 500'),
+        ('*', 'optim.weight_decay', 0.01, 'CMP §5; SeDA; GradCO, implementation details'),
+        ('*', 'optim.lr_mult_new', 2.0, f'{_OFFICIAL}: optimizer lr_mult 2'),
+        ('*', 'k_test', 128, f'CMP App. B.2 "the top 128 images"; {_OFFICIAL}: k_test 128'),
+        ('*', 'data.random_erasing', 0.6, f'{_OFFICIAL}: erasing_p 0.6 (CMP App. B.1: random erasing)'),
+        ('*', 'data.hflip', 0.5, 'CMP App. B.1: random horizontal flipping; official transform RandomHorizontalFlip(), p = 0.5'),
+        ('*', 'data.paired', True, 'this project (40_training, Paired batches): a counterpart is the other record of its person in the batch; '
+                                   'the official codes load it beside each record (paired False)'),
+        ('seda', 'data.train_split', 'train_decouple', f'{_OFFICIAL}: train_file annotation/train_decouple/attr_*.json'),
+        ('gradco', 'epochs', 10, 'GradCO, implementation details: 10 epochs, batch 22 on one V100'),
+    ],
 }
+
+def _nest(rows) -> dict:
+    "Nested RunConfig fields from (path, value) rows."
+    d = {}
+    for path, v in rows:
+        *head, last = path.split('.')
+        node = d
+        for h in head: node = node.setdefault(h, {})
+        node[last] = v
+    return d
+
+def profile_fields(profile: str, method: str | None = None) -> dict:
+    "The nested RunConfig fields of `profile` for `method` (its own rows over the '*' rows; None: the '*' rows only)."
+    if profile not in PROFILE_SETTINGS: raise ValueError(f"unknown profile {profile!r}; valid profiles: {sorted(PROFILE_SETTINGS)}")
+    rows = PROFILE_SETTINGS[profile]
+    return _nest([(p, v) for m, p, v, _ in rows if m == '*'] + [(p, v) for m, p, v, _ in rows if m == method])
+
+PROFILES: dict[str, dict] = {name: profile_fields(name) for name in PROFILE_SETTINGS}   # name -> the '*' fields, nested like RunConfig
+
+def profile_table(profile: str):
+    "The rows of `profile` as a DataFrame: method, field, value, source."
+    import pandas as pd
+    return pd.DataFrame(PROFILE_SETTINGS[profile], columns=['method', 'field', 'value', 'source']).set_index(['method', 'field'])
 
 FLAT_ALIASES = {   # flat parameter -> dotted RunConfig path, where the field's own name would be unclear at the top level
     'data_root': 'data.root', 'train_pairs': 'data.synth_train_pairs', 'val_pairs': 'data.synth_val_pairs',
     'test_pairs': 'data.synth_test_pairs', 'ucc_pairs': 'data.synth_ucc_pairs', 'image_size': 'data.synth_image_size',
     'cache_dir': 'data.cache_dir', 'vocab': 'data.vocab', 'num_workers': 'data.num_workers', 'paired': 'data.paired',
-    'random_erasing': 'data.random_erasing', 'hflip': 'data.hflip',
+    'random_erasing': 'data.random_erasing', 'eda_p': 'data.eda_p', 'eda_synonyms': 'data.eda_synonyms', 'hflip': 'data.hflip', 'train_split': 'data.train_split',
+    'train_subset': 'data.train_subset', 'train_subset_seed': 'data.train_subset_seed',
     **{k: f'optim.{k}' for k in ('lr', 'lr_min', 'warmup_steps', 'weight_decay', 'schedule', 'lr_mult_new', 'grad_clip')}}
 
 SWITCHES: dict[str, type] = {}   # method switch -> the config dataclass that declares it; filled by each method's registration (20_base)
@@ -204,17 +272,26 @@ def flat_path(name: str) -> str | None:
     if name in FLAT_ALIASES: return FLAT_ALIASES[name]
     return name if name in {f.name for f in fields(RunConfig)} - {'data', 'optim', 'method_args'} else None
 
-def from_flat(profile: str = 'cpu', # a key of PROFILES
+def flat_value(text: str):
+    "A command-line value read as papermill reads `-p name value`: True, False, None, an int, a float, else the string."
+    if text in ('True', 'False', 'None'): return {'True': True, 'False': False, 'None': None}[text]
+    for cast in (int, float):
+        try: return cast(text)
+        except ValueError: pass
+    return text
+
+def from_flat(profile: str = 'cpu', # a key of PROFILE_SETTINGS
               **flat,                # flat parameters (None: the profile's value)
              ) -> RunConfig:
-    "The RunConfig of `profile` with flat parameters put in place (lr_min follows lr; out_dir '' = runs/<method>_seed<seed>)."
-    if profile not in PROFILES: raise ValueError(f"unknown profile {profile!r}; valid profiles: {sorted(PROFILES)}")
-    d = json.loads(json.dumps(PROFILES[profile]))
+    "The RunConfig of `profile` for flat['method'], flat parameters put in place (lr_min follows lr; out_dir '' = runs/<method>_seed<seed>)."
+    flat = {k: v for k, v in flat.items() if v is not None}
+    d = profile_fields(profile, flat.get('method', RunConfig.method))
     o = d.get('optim', {})
-    if flat.get('lr') is not None and flat.get('lr_min') is None and 'lr' in o and 'lr_min' in o:
-        flat = {**flat, 'lr_min': flat['lr'] * o['lr_min'] / o['lr']}       # lr_min follows lr at the profile's ratio
+    if 'lr' in flat and 'lr_min' not in flat and 'lr' in o and 'lr_min' in o:
+        flat['lr_min'] = flat['lr'] * o['lr_min'] / o['lr']            # lr_min follows lr at the profile's ratio
+    if 'batch_size' in flat and 'batch_per_device' not in flat: d['batch_per_device'] = 0   # a global batch given: not per device
+    if 'batch_per_device' in flat and 'batch_size' not in flat: d['batch_size'] = 0
     for k, v in flat.items():
-        if v is None: continue
         path = flat_path(k)
         if path is None:
             if SWITCHES and k not in SWITCHES:
@@ -224,6 +301,9 @@ def from_flat(profile: str = 'cpu', # a key of PROFILES
         elif '.' in path: d.setdefault(path.split('.')[0], {})[path.split('.')[1]] = v
         else: d[path] = v
     cfg = from_dict(RunConfig, d, where=f'profile {profile!r}')
+    if not 0 <= cfg.optim.lr_min <= cfg.optim.lr:
+        raise ValueError(f"profile {profile!r}: need 0 <= lr_min <= lr, got lr_min={cfg.optim.lr_min}, lr={cfg.optim.lr}")
+    cfg.global_batch()                                                  # exactly one of batch_size and batch_per_device
     return replace(cfg, out_dir=f'runs/{cfg.method}_seed{cfg.seed}') if flat.get('out_dir') == '' else cfg
 
 RunConfig.from_flat = staticmethod(from_flat)
@@ -234,3 +314,24 @@ def progress(it, enabled: bool = True, total: int | None = None, leave: bool = F
     if not enabled: return it
     from fastprogress.fastprogress import progress_bar
     return progress_bar(it, total=total, leave=leave)
+
+# %% ../nbs/00_config.ipynb #ac29e16f
+REQUIREMENTS = {   # package -> (minimum version, why the code needs it), checked when tpas_nb is imported
+    'transformers': ('5.0.0', "10_encoders calls BertLayer(hidden, mask, encoder_hidden_states, encoder_attention_mask) and "
+                              "reads a tensor back, the signature of transformers 5.0 (4.x: head_mask third, a tuple returned)")}
+
+def _version_tuple(v: str) -> tuple:
+    "'5.0.0rc1' -> (5, 0, 0): the first three numbers of a version string."
+    import re
+    return tuple(int(x) for x in re.findall(r'\d+', v.split('+')[0])[:3])
+
+def check_requirements(requirements: dict = REQUIREMENTS, installed=None):
+    "Raise an ImportError naming the package, the version found, the minimum and why, for an installed package that is too old."
+    from importlib.metadata import version, PackageNotFoundError
+    for pkg, (minimum, why) in requirements.items():
+        try: have = (installed or version)(pkg)
+        except PackageNotFoundError: continue                          # a missing package fails at its own import
+        if _version_tuple(have) < _version_tuple(minimum):
+            raise ImportError(f"tpas_nb needs {pkg} >= {minimum}, found {have}: {why}. Upgrade it: pip install '{pkg}>={minimum}'")
+
+check_requirements()

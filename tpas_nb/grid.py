@@ -29,6 +29,7 @@ GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper print
     'cmp': {'X-VLM zero-shot': ('xvlm', {}, {'epochs': 0}),          # the shipped checkpoint as it is (42_pretrain)
             'X-VLM (baseline)': ('xvlm', {}), '+PE': ('xvlm', dict(pose=True)), '+IHNM': ('xvlm', dict(ihnm=True)),
             'CMP': ('cmp', {}),
+            'CMP +EDA': ('cmp', {}, {'data': {'eda_p': 1.0}}),           # the official code's caption augmentation (03a_eda)
             'CMP from scratch': ('cmp', {}, {'init_checkpoint': ''})},   # what the pretrained start is worth
     'seda': dict(ABLATION_ROWS),
     'qcalign': {'CMP': ('cmp', {}), **{f'CMP {arm}': ('cmp', sw) for arm, sw in QCT_ARMS.items()},

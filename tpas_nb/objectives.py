@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['INFONCE_DIRECTIONS', 'itc_similarity', 'itc_targets', 'info_nce', 'itc_loss', 'sample_itm_negatives', 'ItmPairs',
-           'build_itm_pairs', 'itm_loss', 'mask_tokens', 'mlm_loss']
+__all__ = ['INFONCE_DIRECTIONS', 'itc_similarity', 'itc_targets', 'info_nce', 'itc_loss', 'GatherWithGrad', 'gather_with_grad',
+           'process_rows', 'sample_itm_negatives', 'ItmPairs', 'build_itm_pairs', 'itm_loss', 'mask_tokens', 'mlm_loss']
 
 # %% ../nbs/12_objectives.ipynb #90f3173e
 def _shape(t) -> tuple:
@@ -86,6 +86,41 @@ def itc_loss(img_feat:Tensor,             # B×E image global features (normalis
         raise ValueError(f"itc_loss: img_feat and txt_feat must both be B×E, "
                          f"got img_feat {_shape(img_feat)} and txt_feat {_shape(txt_feat)}")
     return info_nce(itc_similarity(img_feat, txt_feat), temp, idx, label_smoothing)   # rows: image → texts (i2t); checks idx
+
+# %% ../nbs/12_objectives.ipynb #1e27e493
+import torch.distributed as dist
+
+def _world() -> int:
+    "Processes of the running process group (1 without one)."
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+class GatherWithGrad(torch.autograd.Function):
+    "all_gather of equal-sized B×… tensors whose backward sums the gradient over processes and returns this process's rows."
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:                    # B×… -> W·B×…, rank order
+        parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, x.contiguous())
+        return torch.cat(parts)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:                # W·B×… -> B×…
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad)                                  # Σ_p ∂L^(p)/∂X
+        return process_rows(grad)
+
+def gather_with_grad(x:Tensor, # B×… of this process
+                    ) -> Tensor: # W·B×… of all processes in rank order (x itself with one process)
+    "Concatenate x over the processes, differentiably: the contrastive batch of ITC, FDL and COL under DDP."
+    return GatherWithGrad.apply(x) if _world() > 1 else x
+
+def process_rows(x:Tensor,   # a gathered tensor, W equal shares along `dim`
+                 dim:int=0,
+                ) -> Tensor: # this process's share (x itself with one process)
+    "This process's rows of a tensor gathered by `gather_with_grad`."
+    W = _world()
+    if W == 1: return x
+    n = x.shape[dim] // W
+    return x.narrow(dim, dist.get_rank() * n, n)
 
 # %% ../nbs/12_objectives.ipynb #3e778365
 def sample_itm_negatives(sim_i2t:Tensor,    # B×B similarities s(I_i, T_j), e.g. `itc_similarity(img_feat, txt_feat)`

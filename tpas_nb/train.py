@@ -24,7 +24,7 @@ __all__ = ['NORM_LAYERS', 'SCHEDULES', 'RESUMABLE_CHANGES', 'no_decay_ids', 'par
            'save_state', 'load_state', 'config_changes', 'make_accelerator', 'val_summary', 'better', 'TrainState',
            'Callback', 'progress_line', 'Trainer', 'CancelFit', 'ResumeCB', 'LogCB', 'ValidateCB', 'StopAfterCB',
            'CheckpointCB', 'ProgressCB', 'FinalEvalCB', 'run_metrics', 'train', 'plot_loss_curves', 'example_queries',
-           'run_examples', 'save_plots', 'close_process_group', 'train_cli']
+           'run_examples', 'save_plots', 'step_flops', 'close_process_group', 'train_cli']
 
 # %% ../nbs/40_training.ipynb #aad30838
 NORM_LAYERS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm)
@@ -176,9 +176,10 @@ def config_changes(old: RunConfig, new: RunConfig) -> dict:
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k) and k not in RESUMABLE_CHANGES}
 
 def make_accelerator(config: RunConfig):
-    "An Accelerator for `config.device` ('auto' | 'cpu' | 'cuda') and `mixed_precision` ('auto' = bf16 on GPUs)."
+    "An Accelerator for `config.device` ('auto' | 'cpu' | 'cuda') and `mixed_precision` ('auto' = bf16 on GPUs); its DDP allows parameters without gradient."
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
+    from accelerate.utils import DistributedDataParallelKwargs
     if config.device not in ('auto', 'cpu', 'cuda'): raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {config.device!r}")
     if config.mixed_precision not in ('auto', 'no', 'bf16', 'fp16'):
         raise ValueError(f"mixed_precision must be 'auto', 'no', 'bf16' or 'fp16', got {config.mixed_precision!r}")
@@ -186,7 +187,8 @@ def make_accelerator(config: RunConfig):
     cpu = config.device == 'cpu' or not torch.cuda.is_available()
     mp = config.mixed_precision if config.mixed_precision != 'auto' else ('no' if cpu else 'bf16')
     AcceleratorState._reset_state(reset_partial_state=False)    # a new run in the same process may change precision
-    return Accelerator(cpu=cpu, mixed_precision=mp)
+    ddp = DistributedDataParallelKwargs(find_unused_parameters=True)   # ablation arms leave parameters without gradient (GradCO D#12: τ; D#13: the ITM head)
+    return Accelerator(cpu=cpu, mixed_precision=mp, kwargs_handlers=[ddp])
 
 def _trainable(m) -> int: return sum(p.numel() for p in m.parameters() if p.requires_grad)
 
@@ -305,17 +307,26 @@ class Trainer:
             atomic_write(self.out / 'vocab.txt', lambda p: p.write_text(''.join(t + '\n' for t in _vocab_list(tok)), encoding='utf-8'))
 
     def _data(self):
-        "The training set (paired batches when the method uses counterparts), its collate, and the step counts."
-        from tpas_nb.data.pab import PABTrainDataset, TrainCollate
+        "The training set (its split, its recorded train_subset, paired batches when the method uses counterparts), its collate, and the step counts."
+        from tpas_nb.data.pab import PABTrainDataset, TrainCollate, resolve_synonyms
         c, m = self.config, self.method
-        needs_cp = getattr(m, 'needs_counterparts', True)
-        paired = needs_cp and c.data.paired                              # counterparts from the batch itself
+        needs_cp = getattr(m, 'needs_counterparts', True)                 # IHNM: the counterpart itself enters the loss
+        pairs = getattr(m, 'paired_batches', needs_cp)                    # batches that hold each person's two records
+        if pairs and not needs_cp and not c.data.paired:
+            raise ValueError(f"{c.method} trains on batches that hold both records of each person (counterpart_batches=True), "
+                             "which needs data.paired=True; or switch them off with counterpart_batches=False")
+        paired = pairs and c.data.paired                                 # counterparts from the batch itself
         self.train_ds = PABTrainDataset(self.folder, img_size=m.backbone.img_size, pose=m.needs_pose, counterparts=needs_cp and not paired,
-                                        hflip=c.data.hflip, random_erasing=c.data.random_erasing)
+                                        hflip=c.data.hflip, random_erasing=c.data.random_erasing, split=c.data.train_split,
+                                        subset=c.data.train_subset, subset_seed=c.data.train_subset_seed, eda_p=c.data.eda_p,
+                                        synonyms=resolve_synonyms(self.folder, c.data.eda_synonyms) if c.data.eda_p else None)
+        if self.train_ds.subset_info and self.main:                      # the 0.1M protocol: which records, kept with the run
+            info = dict(split=c.data.train_split, **self.train_ds.subset_info)
+            atomic_write(self.out / 'train_subset.json', lambda p: p.write_text(json.dumps(info)))
         if paired: self.train_ds.require_counterparts()
         self.partner = self.train_ds.partner if paired else None
         self.has_val = 'val' in self.folder.splits()
-        self.A, self.B, self.N = c.grad_accum, c.batch_size, len(self.train_ds)
+        self.A, self.B, self.N = c.grad_accum, c.global_batch(self.W), len(self.train_ds)   # B: batch_size, or batch_per_device × W × A
         micro_batches(self.N, self.B, c.seed, 0, self.W, self.rank, self.A, self.partner)   # validates B against W·A and N
         self.steps_per_epoch = self.N // self.B
         self.total = c.epochs * self.steps_per_epoch if not c.max_steps else min(c.max_steps, c.epochs * self.steps_per_epoch)
@@ -323,11 +334,12 @@ class Trainer:
         self.collate = TrainCollate(self.tok, self.max_len)
 
     def _optimiser(self):
-        "AdamW and the schedule, prepared by Accelerate with the model."
+        "AdamW and the schedule, prepared by Accelerate with the model (DDP on several processes, whose contrastive terms then span them all)."
         self.optimizer = build_optimizer(self.method, self.config.optim, self.new_ids)
         self.scheduler = build_scheduler(self.optimizer, self.config.optim, self.total)
         self.model, self.optimizer = self.acc.prepare(self.method, self.optimizer)
         self.net = self.acc.unwrap_model(self.model)
+        if hasattr(self.net, 'gather_processes'): self.net.gather_processes = self.W > 1   # ITC, FDL, COL over the global batch (20_base)
 
 # %% ../nbs/40_training.ipynb #7b7d1d59
 class CancelFit(Exception):
@@ -592,6 +604,18 @@ def save_plots(out: Path, method, folder, tok, config: RunConfig, max_len: int):
     fig = plot_retrieval_examples(sub, scores, range(len(sub.texts)), topk=min(5, scores.shape[1]))
     fig.savefig(out / 'retrieval_examples.png', dpi=110); plt.close(fig)
 
+# %% ../nbs/40_training.ipynb #5c5727d6
+def step_flops(model: nn.Module, # a method: model(batch)['loss'] is the training loss
+               batch: dict,      # one micro-batch
+              ) -> int:          # FLOPs of the forward and backward pass (2 per multiply-add)
+    "Count the matrix-product, convolution and attention FLOPs of one training step (torch.utils.flop_counter)."
+    from torch.utils.flop_counter import FlopCounterMode
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:   # fused CPU attention is not counted
+        model(batch)['loss'].backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
 # %% ../nbs/40_training.ipynb #156951a6
 def close_process_group():
     "End a multi-process command cleanly: all ranks meet, then leave torch.distributed (a rank that exits with gloo's threads alive can abort: 'terminate called without an active exception')."
@@ -599,13 +623,22 @@ def close_process_group():
     if dist.is_available() and dist.is_initialized(): dist.barrier(); dist.destroy_process_group()
 
 def train_cli(argv=None):
-    "`python -m tpas_nb.train config.yaml [--out-dir DIR] [--no-progress]`: train and evaluate one run."
+    "`python -m tpas_nb.train (CONFIG.yaml | --profile NAME [-p NAME VALUE]…) [--out-dir DIR] [--no-progress]`: train and evaluate one run."
+    from tpas_nb.config import flat_value
     ap = argparse.ArgumentParser(prog='python -m tpas_nb.train', description='Train and evaluate one tpas_nb run.')
-    ap.add_argument('config', help='a RunConfig YAML file (tpas_nb.config.save_config)')
+    ap.add_argument('config', nargs='?', help="a RunConfig YAML file (tpas_nb.config.save_config, or a run folder's config.yaml)")
+    ap.add_argument('--profile', help='instead of a YAML file: a profile of tpas_nb.config.PROFILE_SETTINGS (cpu, paper)')
+    ap.add_argument('-p', dest='params', nargs=2, action='append', default=[], metavar=('NAME', 'VALUE'),
+                    help="with --profile: a flat parameter, as papermill's -p of 90_train (e.g. -p method cmp -p data_root /data/PAB)")
     ap.add_argument('--out-dir', default=None, help='override out_dir')
     ap.add_argument('--no-progress', action='store_true')
     a = ap.parse_args(argv)
-    config = load_config(a.config)
+    if (a.config is None) == (a.profile is None): ap.error('give a config YAML file or --profile NAME (one of them)')
+    if a.params and a.profile is None: ap.error('-p goes with --profile; a config YAML file holds every value')
+    if a.profile:
+        import tpas_nb.methods                                           # registers the method switches that -p may name
+        config = RunConfig.from_flat(a.profile, **{'out_dir': '', **{k: flat_value(v) for k, v in a.params}})
+    else: config = load_config(a.config)
     if a.out_dir: config = replace(config, out_dir=a.out_dir)
     out = train(config, progress=not a.no_progress)
     close_process_group()

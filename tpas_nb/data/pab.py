@@ -4,7 +4,7 @@
 
 # %% ../../nbs/04_pab.ipynb #5dcff184
 from __future__ import annotations
-import argparse, json, math, random, re, sys
+import argparse, hashlib, json, math, random, re, sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +15,13 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from ..config import progress as show_progress
+from .eda import eda, read_synonyms, synthpab_synonyms
 
 # %% auto #0
-__all__ = ['TRAIN_FIELDS', 'COUNTERPART_FIELDS', 'TEST_FIELDS', 'SUB_KEYS', 'PAB_STATS', 'SPECIALS', 'MEAN', 'STD', 'PABError',
-           'read_pab', 'PABFolder', 'build_vocab', 'make_tokenizer', 'synthpab_vocab', 'pab_tokenizer', 'PairTransform',
-           'PABTrainDataset', 'PABTestDataset', 'TrainCollate', 'split_stats', 'validate_pab', 'validate_cli']
+__all__ = ['TRAIN_FIELDS', 'COUNTERPART_FIELDS', 'TEST_FIELDS', 'SUB_KEYS', 'PAB_STATS', 'TRAIN_SPLITS', 'SPECIALS', 'MEAN',
+           'STD', 'PABError', 'read_pab', 'PABFolder', 'build_vocab', 'make_tokenizer', 'synthpab_vocab',
+           'pab_tokenizer', 'PairTransform', 'person_units', 'subset_positions', 'subset_manifest', 'PABTrainDataset',
+           'PABTestDataset', 'TrainCollate', 'resolve_synonyms', 'split_stats', 'validate_pab', 'validate_cli']
 
 # %% ../../nbs/04_pab.ipynb #62a25e51
 class PABError(ValueError):
@@ -29,6 +31,15 @@ TRAIN_FIELDS = {'image': str, 'caption': str, 'image_id': str, 'scene': str}
 COUNTERPART_FIELDS = {'hard_i': str, 'hard_c': str, 'hard_i_id': str}   # PAB's counterpart: all three or none
 TEST_FIELDS = {'image': str, 'caption': list, 'image_id': int, 'scene': str}
 SUB_KEYS = ('appearance', 'action', 'background')
+
+def _decoupled(dc, where: str) -> list[dict]:
+    "`decoupled_caption` as [{…} of the caption, {…} of hard_c], read from that form or from SeDA's official [[{…}, {…}]]."
+    if isinstance(dc, list) and len(dc) == 1 and isinstance(dc[0], list): dc = dc[0]     # SeDA's official nesting
+    if not (isinstance(dc, list) and len(dc) == 2 and all(isinstance(d, dict) and set(d) == set(SUB_KEYS)
+                                                        and all(isinstance(v, str) for v in d.values()) for d in dc)):
+        raise PABError(f"{where}: decoupled_caption must be [{{appearance, action, background}} of the caption, {{…}} of hard_c], "
+                       f"or SeDA's official [[{{…}}, {{…}}]], each value a string; got {json.dumps(dc, ensure_ascii=False)[:160]}")
+    return dc
 
 def _check_record(r, kind: str, where: str) -> dict:
     "Validate one record of `kind` ('train' or 'test'); `where` is 'file:line' for messages."
@@ -46,10 +57,7 @@ def _check_record(r, kind: str, where: str) -> dict:
     if not caps: raise PABError(f"{where}: empty caption list")
     for c in caps:
         if not isinstance(c, str) or not c.strip(): raise PABError(f"{where}: empty caption")
-    if kind == 'train' and 'decoupled_caption' in r:
-        dc = r['decoupled_caption']
-        if not (isinstance(dc, list) and len(dc) == 2 and all(isinstance(d, dict) and set(d) == set(SUB_KEYS) for d in dc)):
-            raise PABError(f"{where}: decoupled_caption must be a list of two objects with keys {SUB_KEYS}")
+    if kind == 'train' and 'decoupled_caption' in r: r['decoupled_caption'] = _decoupled(r['decoupled_caption'], where)
     return r
 
 def read_pab(path, kind: str | None = None, with_locations: bool = False) -> list[dict]:
@@ -80,6 +88,8 @@ def read_pab(path, kind: str | None = None, with_locations: bool = False) -> lis
 PAB_STATS = {  # published statistics of real PAB (CMP paper, Table 1, Table 7 and §5 "OOD Setting")
     'train': dict(records=1_013_605), 'test': dict(records=1_978), 'ucc': dict(records=5_320), 'mean_words': 50.3}
 
+TRAIN_SPLITS = ('train', 'train_decouple')   # training-format splits: PAB's annotation/train, SeDA's annotation/train_decouple
+
 def _weather_names():
     from tpas_nb.data.weather import WEATHERS
     return WEATHERS[1:]
@@ -94,22 +104,26 @@ class PABFolder:
         self._cache = {}
 
     def annotation_files(self, split: str) -> list[Path]:
-        "Annotation files of `split`: train, val, test, ucc or weather:<name>."
+        "Annotation files of `split`: train, train_decouple, val, test, ucc or weather:<name>."
         a = self.root / 'annotation'
-        if split == 'train': files = sorted((a / 'train').glob('attr_*.json'), key=lambda p: int(re.sub(r'\D', '', p.stem) or 0))
+        if split in TRAIN_SPLITS: files = sorted((a / split).glob('attr_*.json'), key=lambda p: int(re.sub(r'\D', '', p.stem) or 0))
         elif split == 'val': files = [a / 'val/attr.json']
         elif split == 'test': files = [a / 'test/attr.json']
         elif split == 'ucc': files = [a / 'test/ucc.json']
         elif split.startswith('weather:') and split[8:] in _weather_names(): files = [a / f'multi-weather/multi-weather_{split[8:]}.json']
-        else: raise ValueError(f"unknown split {split!r}; valid: train, val, test, ucc, " + ', '.join(f'weather:{w}' for w in _weather_names()))
+        else: raise ValueError(f"unknown split {split!r}; valid: train, train_decouple, val, test, ucc, " + ', '.join(f'weather:{w}' for w in _weather_names()))
         files = [f for f in files if f.exists()]
-        if not files: raise PABError(f"{self.root}: no annotation file for split {split!r}")
+        if not files:
+            other = {'train': 'train_decouple', 'train_decouple': 'train'}.get(split)
+            hint = f" (annotation/{other}/ has the training records: data.train_split = {other!r}, -p train_split {other})" \
+                if other and any((a / other).glob('attr_*.json')) else ''
+            raise PABError(f"{self.root}: no annotation file for split {split!r}{hint}")
         return files
 
     def splits(self) -> list[str]:
         "Splits present in this folder."
         out = []
-        for s in ['train', 'val', 'test', 'ucc'] + [f'weather:{w}' for w in _weather_names()]:
+        for s in [*TRAIN_SPLITS, 'val', 'test', 'ucc'] + [f'weather:{w}' for w in _weather_names()]:
             try: self.annotation_files(s); out.append(s)
             except PABError: pass
         return out
@@ -124,7 +138,7 @@ class PABFolder:
 
     def _read(self, split):
         if split not in self._cache:
-            kind = 'train' if split == 'train' else 'test'
+            kind = 'train' if split in TRAIN_SPLITS else 'test'
             recs, locs = [], []
             for f in self.annotation_files(split):
                 r, l = read_pab(f, kind, with_locations=True); recs += r; locs += l
@@ -141,7 +155,7 @@ class PABFolder:
             for rel in [r['image']] + (['train/' + r['hard_i']] if 'hard_i' in r else []):
                 if not self.image_path(rel).exists(): raise PABError(f"{where}: image not found: {self.image_path(rel)}")
                 if pose and not self.pose_path(rel).exists(): raise PABError(f"{where}: pose map not found: {self.pose_path(rel)}")
-        if split == 'train':
+        if split in TRAIN_SPLITS:
             ids = {r['image_id'] for r in recs}
             for r, where in zip(recs, locs):
                 if 'hard_i_id' in r and r['hard_i_id'] not in ids:
@@ -207,6 +221,38 @@ class PairTransform:
         if self.erase is not None: img = self.erase(img)
         return img.as_subclass(torch.Tensor), (self.norm(ims[1]).as_subclass(torch.Tensor) if pose is not None else None)
 
+# %% ../../nbs/04_pab.ipynb #314e66bd
+def person_units(records: list[dict]) -> list[list[int]]:
+    "Positions of training `records` grouped by person: a record, its counterpart's records (hard_i_id) and every other record of either image."
+    parent = {}
+    def find(x):
+        while parent.setdefault(x, x) != x: parent[x] = x = parent[parent[x]]   # path halving
+        return x
+    for r in records:
+        if 'hard_i_id' in r: parent[find(r['image_id'])] = find(r['hard_i_id'])
+    units = {}
+    for i, r in enumerate(records): units.setdefault(find(r['image_id']), []).append(i)
+    return list(units.values())
+
+def subset_positions(records: list[dict], # the records of a training split
+                     size: int,           # records to keep (whole people: `size` or one more)
+                     seed: int = 0,
+                    ) -> list[int]:       # positions into `records`, in file order
+    "The people that come first in the order of sha256(seed, smallest image_id), until they hold `size` records."
+    if not 0 < size <= len(records): raise ValueError(f"train_subset={size} must be in [1, {len(records)}], the records of the split")
+    key = lambda u: hashlib.sha256(f"{seed}:{min(records[i]['image_id'] for i in u)}".encode()).hexdigest()
+    out = []
+    for u in sorted(person_units(records), key=key):
+        if len(out) >= size: break
+        out += u
+    return sorted(out)
+
+def subset_manifest(records: list[dict], positions: list[int], size: int, seed: int) -> dict:
+    "What train_subset.json records: the draw's parameters, the kept image ids and their SHA-256."
+    ids = sorted({records[i]['image_id'] for i in positions})
+    return dict(size=size, seed=seed, records=len(positions), of_records=len(records), images=len(ids),
+                sha256=hashlib.sha256('\n'.join(ids).encode()).hexdigest(), image_ids=ids)
+
 # %% ../../nbs/04_pab.ipynb #deedbcbf
 def _load_rgb(path: Path) -> Image.Image:
     try:
@@ -217,21 +263,34 @@ def _load_rgb(path: Path) -> Image.Image:
 class PABTrainDataset(Dataset):
     "Training pairs of a PAB root with counterparts, pose maps and sub-captions."
     def __init__(self, root, img_size: int, pose: bool = True, counterparts: bool = True,
-                 hflip: float = 0.5, random_erasing: float = 0.0, check: bool = True, max_records: int = 0):
+                 hflip: float = 0.5, random_erasing: float = 0.0, check: bool = True, max_records: int = 0,
+                 split: str = 'train',  # 'train' or SeDA's 'train_decouple'
+                 subset: int = 0,       # keep about this many records, whole people (subset_positions); 0 = all
+                 subset_seed: int = 0,
+                 eda_p: float = 0.0,    # > 0: each item also carries `caption_eda`, an EDA variant with this probability (03a_eda)
+                 synonyms=None):        # EDA's synonym table (`resolve_synonyms`)
         self.folder = root if isinstance(root, PABFolder) else PABFolder(root)
-        self.records = self.folder.records('train')
-        if max_records: self.records = self.records[:max_records]
-        if check: self.folder.check_files('train', pose=pose)
+        if split not in TRAIN_SPLITS: raise ValueError(f"split must be one of {TRAIN_SPLITS}, got {split!r}")
+        self.split, self.records, self.where = split, self.folder.records(split), self.folder.locations(split)
+        self.subset_info = None                                         # subset_manifest of the kept records
+        if subset:
+            keep = subset_positions(self.records, subset, subset_seed)
+            self.subset_info = subset_manifest(self.records, keep, subset, subset_seed)
+            self.records, self.where = [self.records[i] for i in keep], [self.where[i] for i in keep]
+        if max_records: self.records, self.where = self.records[:max_records], self.where[:max_records]
+        if check: self.folder.check_files(split, pose=pose)
         self.pose, self.counterparts = pose, counterparts
         self.tf = PairTransform(img_size, train=True, hflip=hflip, random_erasing=random_erasing)
         ids = {}
-        for r in self.folder.records('train'): ids.setdefault(r['image_id'], len(ids))
+        for r in self.folder.records(split): ids.setdefault(r['image_id'], len(ids))
         self.idx = [ids[r['image_id']] for r in self.records]
         self.hard_idx = [ids.get(r.get('hard_i_id'), -1) for r in self.records]
         row = {r['image_id']: i for i, r in enumerate(self.records)}
         self.partner = [row.get(r.get('hard_i_id'), -1) for r in self.records]    # the counterpart's position here, -1 if none
         if counterparts: self.require_counterparts()
         self.has_decoupled = all('decoupled_caption' in r for r in self.records)
+        if not 0 <= eda_p <= 1: raise ValueError(f"eda_p must be in [0, 1], got {eda_p}")
+        self.eda_p, self.synonyms = eda_p, synonyms if synonyms is not None else {}
 
     def __len__(self): return len(self.records)
 
@@ -239,7 +298,7 @@ class PABTrainDataset(Dataset):
         "Raise a PABError naming the first record without a counterpart (hard_i, hard_c, hard_i_id) in this dataset."
         bad = next((i for i, r in enumerate(self.records) if 'hard_i' not in r), None)
         if bad is not None:
-            raise PABError(f"{self.folder.locations('train')[bad]}: the record has no counterpart (hard_i, hard_c, hard_i_id), which "
+            raise PABError(f"{self.where[bad]}: the record has no counterpart (hard_i, hard_c, hard_i_id), which "
                            "identity hard negatives (ihnm) need; train a method without ihnm on this corpus")
 
     def _pair(self, rel):
@@ -259,6 +318,9 @@ class PABTrainDataset(Dataset):
         subs = r.get('decoupled_caption', [{}])[0]
         out['sub_captions'] = [subs.get(k) or r['caption'] for k in SUB_KEYS]
         out['sub_valid'] = [bool(subs.get(k)) for k in SUB_KEYS]
+        if self.eda_p:                                                  # last: the image draws above are unchanged
+            rng = random.Random(int(torch.randint(0, 2 ** 62, ())))      # the item's own torch stream (SeededItems)
+            out['caption_eda'] = eda(r['caption'], self.synonyms, rng) if rng.random() < self.eda_p else r['caption']
         return out
 
 # %% ../../nbs/04_pab.ipynb #46065be5
@@ -307,20 +369,30 @@ class TrainCollate:
         if 'hard_caption' in items[0]:
             out['hard_text_ids'], out['hard_text_mask'] = self._tokens([it['hard_caption'] for it in items])
             out['hard_idx'] = torch.tensor([it['hard_idx'] for it in items])
+        if 'caption_eda' in items[0]: out['text_eda_ids'], out['text_eda_mask'] = self._tokens([it['caption_eda'] for it in items])
         ids, mask = self._tokens([s for it in items for s in it['sub_captions']])
         out['sub_text_ids'], out['sub_text_mask'] = ids.view(B, 3, -1), mask.view(B, 3, -1)   # B×3×L
         out['sub_valid'] = torch.tensor([it['sub_valid'] for it in items])
         return out
 
+# %% ../../nbs/04_pab.ipynb #432d1556
+def resolve_synonyms(folder: PABFolder, path: str = '') -> dict:
+    "EDA's synonym table for a PAB root: the file at `path`, else SynthPAB's own (a real PAB root needs the file)."
+    if path: return read_synonyms(Path(path).expanduser())
+    if not folder.synthetic:
+        raise PABError(f"{folder.root}: EDA on real PAB needs a synonym file (data.eda_synonyms; one synonym set per line, "
+                       "members separated by commas, 03a_eda)")
+    return synthpab_synonyms()
+
 # %% ../../nbs/04_pab.ipynb #60321c08
 def split_stats(folder: PABFolder, split: str) -> dict:
     "Counts and caption length of one split."
-    recs = folder.records(split)
-    caps = [c for r in recs for c in ([r['caption']] if split == 'train' else r['caption'])]
+    recs, train = folder.records(split), split in TRAIN_SPLITS
+    caps = [c for r in recs for c in ([r['caption']] if train else r['caption'])]
     return dict(split=split, records=len(recs), images=len({r['image'] for r in recs}),
                 ids=len({r['image_id'] for r in recs}), queries=len(caps),
-                normal=sum(('normal' in r) * (1 if split == 'train' else len(r['caption'])) for r in recs),
-                anomaly=sum(('anomaly' in r) * (1 if split == 'train' else len(r['caption'])) for r in recs),
+                normal=sum(('normal' in r) * (1 if train else len(r['caption'])) for r in recs),
+                anomaly=sum(('anomaly' in r) * (1 if train else len(r['caption'])) for r in recs),
                 mean_words=round(float(np.mean([len(c.split()) for c in caps])), 1),
                 scenes=len({r['scene'] for r in recs}))
 
@@ -328,7 +400,7 @@ def validate_pab(root, pose: bool = True, progress: bool = False) -> list[dict]:
     "Check every split of a PAB root (raises PABError on the first problem) and return its statistics."
     folder = PABFolder(root)
     splits = folder.splits()
-    if 'train' not in splits and 'test' not in splits: raise PABError(f"{folder.root}: neither a train nor a test split")
+    if not {*TRAIN_SPLITS, 'test'} & set(splits): raise PABError(f"{folder.root}: neither a train nor a test split")
     stats = []
     for s in splits:
         folder.check_files(s, pose=pose, progress=progress)
@@ -351,7 +423,7 @@ def validate_cli(argv=None):
     rows = []
     for s in stats:
         if not synthetic:
-            pub = PAB_STATS.get(s['split'], {}).get('records')
+            pub = PAB_STATS.get('train' if s['split'] in TRAIN_SPLITS else s['split'], {}).get('records')
             s['published'] = f"{pub:,} records, {PAB_STATS['mean_words']} words" if pub else ''
         rows.append([str(s[c]) for c in cols])
     w = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]

@@ -258,7 +258,7 @@ def plot_weather(result: dict, metrics=('R1', 'mAP'), figsize=(11, 3.2)):
 def ood_factors(method, tokenizer, max_len: int, # a Method on `device`, its tokenizer and L
                 work_dir,               # where the variants are rendered once (reused afterwards)
                 pairs: int = 250,       # test pairs per variant (2 images each)
-                k_test: int = 32, batch_size: int = 64, device='cpu') -> 'pd.DataFrame':   # one row per variant
+                k_test: int = 128, batch_size: int = 64, device='cpu') -> 'pd.DataFrame':   # one row per variant
     "R@1 and hard-pair accuracy, ITM re-ranked and by ITC alone, on each variant of OOD_VARIANTS."
     import pandas as pd
     from tpas_nb.data.synth import OOD_VARIANTS, make_test_variant

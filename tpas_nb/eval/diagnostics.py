@@ -156,13 +156,17 @@ def batch_diagnostics(method, batch: dict) -> dict:
     if rep.anchors is not None: out['mu_delta'] = anchor_direction_similarity(rep.anchors)
     return {**out, **{k: float(v) for k, v in rep.scalars.items()}}
 
-def embedding_diagnostics(txt_emb, img_emb, query_ids, gallery_ids) -> dict:
-    "Margin m (on the evaluator's similarity), d̄₊ (each query with its first positive) and the uniformity of both sides."
+def embedding_diagnostics(txt_emb, img_emb, query_ids, gallery_ids,
+                          method=None,   # the Method: m is measured on the scores it ranks by (`ranking_scores`); None: the similarity
+                         ) -> dict:
+    "Margin m (on the scores the method ranks by), d̄₊ (each query with its first positive) and the uniformity of both sides."
     t = txt_emb['feat'] if isinstance(txt_emb, dict) else txt_emb.feat
     v = img_emb['feat'] if isinstance(img_emb, dict) else img_emb.feat
     pos = positive_mask(query_ids, gallery_ids)                                    # Q×G
     first = pos.float().argmax(1)                                                  # Q, first positive
-    return {'margin': gallery_margin(similarity(txt_emb, img_emb), query_ids, gallery_ids),
+    scores = similarity(txt_emb, img_emb)                                          # Q×G
+    if method is not None: scores = method.ranking_scores(scores, t.to(scores.device))
+    return {'margin': gallery_margin(scores, query_ids, gallery_ids),
             'pos_distance': positive_pair_distance(t, v[first.to(v.device)]),
             'uniformity_text': uniformity(t), 'uniformity_image': uniformity(v)}
 
@@ -192,7 +196,7 @@ def run_diagnostics(run_dir,                 # a run folder with log.jsonl
     if test_dataset is not None:
         img = embed_gallery(method, test_dataset, progress=False)
         txt = embed_queries(method, test_dataset.texts, tokenizer, max_len)
-        out.update(embedding_diagnostics(txt, img, test_dataset.text_image_ids, test_dataset.image_ids))
+        out.update(embedding_diagnostics(txt, img, test_dataset.text_image_ids, test_dataset.image_ids, method))
     write_diagnostics(run_dir, out)
     return out
 

@@ -17,8 +17,8 @@ from ..config import progress as show_progress
 
 # %% auto #0
 __all__ = ['FUSIONS', 'ITC_TIEBREAK', 'POSITIVE_COLOUR', 'COUNTERPART_COLOUR', 'positive_mask', 'sorted_relevance',
-           'retrieval_metrics', 'similarity', 'fuse_scores', 'rank', 'rank_naive', 'embed_gallery', 'embed_queries',
-           'hard_pair_accuracy', 'split_metrics', 'evaluate', 'plot_retrieval_examples']
+           'retrieval_metrics', 'similarity', 'fuse_scores', 'uses_cached_itm', 'rank', 'rank_naive', 'embed_gallery',
+           'embed_queries', 'hard_pair_accuracy', 'split_metrics', 'evaluate', 'plot_retrieval_examples']
 
 # %% ../../nbs/30_retrieval.ipynb #76dc9e94
 def _as_codes(query_ids, gallery_ids) -> tuple[Tensor, Tensor]:
@@ -150,17 +150,41 @@ def _my_rows(Q: int, accelerator) -> range:
 def _check_k(k_test):
     if not isinstance(k_test, int) or k_test < 0: raise ValueError(f"k_test must be an int >= 0 (0 = similarity only), got {k_test!r}")
 
+def uses_cached_itm(method) -> bool:
+    "Whether `rank` re-ranks `method` from cached keys and values: its `itm_scores_cached` is defined where, or below where, its `itm_scores` and `itm_logits` are."
+    mro = type(method).__mro__
+    owner = lambda name: next((c for c in mro if name in vars(c)), None)
+    cached = owner('itm_scores_cached')
+    return cached is not None and owner('itm_gallery') is not None and \
+        all(issubclass(cached, c) for c in map(owner, ('itm_scores', 'itm_logits')) if c is not None)
+
+def _itm_cached(method, txt_emb, img_emb, rows: range, topk_idx: Tensor, per_call: int, progress: bool) -> Tensor:
+    "ITM logits (len(rows)×k) of the queries `rows`: the keys and values of the images they re-rank computed once; chunks of per_call queries, longest captions first."
+    r = slice(rows.start, rows.stop)
+    tt, tm, top = _field(txt_emb, 'tokens')[r], _field(txt_emb, 'mask')[r], topk_idx[r]       # n×L×D_T, n×L, n×k
+    used, cand = torch.unique(top, return_inverse=True)                                      # images some query re-ranks; n×k positions among them
+    it, im = _field(img_emb, 'tokens'), _field(img_emb, 'mask')
+    used = used.to(it.device)
+    gallery = method.itm_gallery(it[used].to(tt.device), im[used].to(tt.device))             # once per image
+    order = tm.sum(1).argsort(descending=True, stable=True)      # a chunk is cut at its longest caption; buffers only shrink
+    out = torch.empty(top.shape, device=tt.device)                                           # n×k
+    for s in show_progress(range(0, len(order), per_call), progress):
+        q = order[s:s + per_call]
+        out[q] = method.itm_scores_cached(tt[q], tm[q], gallery, cand[q].to(tt.device)).float()
+    return out
+
 def rank(method,                  # a Method: itm_scores(txt_tokens N×L×D_T, txt_mask N×L, img_tokens N×P×D_I, img_mask N×P) -> N
          txt_emb,                 # queries: feat Q×E, tokens Q×L×D_T, mask Q×L (embed_queries)
          img_emb,                 # gallery: feat G×E, tokens G×P×D_I, mask G×P (embed_gallery)
          k_test:int=128,          # items re-ranked by ITM per query (0 = similarity only)
          score_fusion:str='itm',  # 'itm' | 'itm+itc' (official 0.002·ITC tie-break)
-         itm_batch:int=512,       # pairs per itm_scores call (a chunk of max(1, itm_batch // k) queries)
+         itm_batch:int=512,       # pairs per call of the cross encoder (a chunk of max(1, itm_batch // k) queries)
          progress:bool=False,     # show a progress bar over the chunks
          accelerator=None,        # HF Accelerator: each process re-ranks a block of queries, then a sum all-reduce
          return_itm:bool=False,   # also return (topk_idx Q×k, raw ITM logits Q×k), e.g. to show the scores
+         cache_kv:bool=True,      # re-rank from the gallery's cached keys and values when the method has them (`uses_cached_itm`); False: every pair through itm_scores
         ) -> Tensor:              # Q×G final scores (or (scores, topk_idx, itm) with return_itm)
-    "ITC similarity for all pairs, then each query's top k re-scored by ITM in batches across queries."
+    "ITC similarity for all pairs, then each query's top k re-scored by ITM, in chunks of queries."
     _check_k(k_test)
     if score_fusion not in FUSIONS: raise ValueError(f"unknown score_fusion {score_fusion!r}; valid: {FUSIONS}")
     sim = similarity(txt_emb, img_emb)                                                 # Q×G
@@ -172,9 +196,12 @@ def rank(method,                  # a Method: itm_scores(txt_tokens N×L×D_T, t
     itm = sim.new_zeros(Q, k)                                                          # Q×k
     rows = _my_rows(Q, accelerator)
     with _eval_mode(method):
-        for s in show_progress(range(rows.start, rows.stop, per_call), progress):
-            r = slice(s, min(s + per_call, rows.stop))
-            itm[r] = _itm_chunk(method, txt_emb, img_emb, r, topk_idx[r])
+        if cache_kv and uses_cached_itm(method):
+            if len(rows): itm[rows.start:rows.stop] = _itm_cached(method, txt_emb, img_emb, rows, topk_idx, per_call, progress)
+        else:
+            for s in show_progress(range(rows.start, rows.stop, per_call), progress):
+                r = slice(s, min(s + per_call, rows.stop))
+                itm[r] = _itm_chunk(method, txt_emb, img_emb, r, topk_idx[r])
     if accelerator is not None and accelerator.num_processes > 1: itm = accelerator.reduce(itm, reduction='sum')
     fused = fuse_scores(sim, topk_idx, itm, score_fusion)
     return (fused, topk_idx, itm) if return_itm else fused
@@ -328,7 +355,7 @@ def evaluate(method,                  # a Method (the interface of `20_cmp`), on
              batch_size:int=64,       # images / captions per embedding call
              device='cpu',            # ignored under Accelerate (accelerator.device)
              score_fusion:str='itm',  # 'itm' | 'itm+itc'
-             itm_batch:int=512,       # pairs per itm_scores call
+             itm_batch:int=512,       # pairs per call of the cross encoder (`rank`)
              progress:bool=True,      # progress bars
              accelerator=None,        # HF Accelerator for sharded evaluation
              img_emb=None,            # precomputed gallery: dict(feat G×E, tokens G×P×D_I, mask G×P) (embed_gallery); None: embedded here

@@ -11,12 +11,13 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
+from fastcore.basics import patch
 
 from ..config import BackboneConfig, get_preset, register_switches
 from ..models.encoders import Backbone, GLOBAL_POOLS
 from ..models.pose import PoseBranch
 from ..objectives import (itc_similarity, info_nce, sample_itm_negatives, build_itm_pairs, itm_loss,
-                                mask_tokens, mlm_loss)
+                                mask_tokens, mlm_loss, gather_with_grad, process_rows)
 
 # %% auto #0
 __all__ = ['REGULARISERS', 'METHODS', 'Regulariser', 'register_regulariser', 'MethodConfig', 'ImageEmbedding', 'TextEmbedding',
@@ -45,13 +46,14 @@ def register_regulariser(name: str,     # the loss's name: 'loss_<name>' in the 
 # %% ../../nbs/20_base.ipynb #35b2e0c2
 def _loss_weights() -> dict:
     "L = Σ_k w_k L_k: X-VLM's three terms, and a None placeholder per plug-in regulariser (its `<name>_weight`)."
-    return {'itc': 1.0, 'itm': 1.0, 'mlm': 1.0, **{name: None for name in REGULARISERS}}
+    return {'itc': 1.0, 'itm': 1.0, 'mlm': 1.0, 'itc_eda': 0.8, 'itm_eda': 0.8, **{name: None for name in REGULARISERS}}
 
 @dataclass
 class MethodConfig:
     "Switches of the shared X-VLM objectives and of CMP's two parts (pose branch, identity hard negatives)."
     pose: bool = False              # CMP's pose-aware image encoder (PE): f_V = f_I + CA(f_P, f_I)
     ihnm: bool = False              # CMP's identity hard negatives: (I, T̃) and (Ĩ, T) as ITM negatives
+    counterpart_batches: bool = False  # batches hold both records of each person (data.paired), without IHNM's ITM terms (GradCO's setting, 24_gradco)
     global_pool: str = ''           # '' = the backbone preset's; 'cls_avg' (paper: FC([AVG; CLS])), 'stripes' (official code) or 'grid' (tiny)
     embed_dim: int = 0              # E; 0 = the preset's (X-VLM: 256; official CMP code: 2048)
     label_smoothing: float = 0.2    # ITC label smoothing ε (official code 0.2)
@@ -60,7 +62,7 @@ class MethodConfig:
     itm_neg_temp: float = 0.0       # τ of the ITM negative draw ∝ softmax(s/τ); 0 = the learnt ITC τ (X-VLM)
     itm_frac: float = 1.0           # share of the batch whose pairs enter ITM (negatives still drawn from all of it); 1 = all (papers)
     mlm_frac: float = 1.0           # share of the batch's captions masked for MLM; 1 = all (papers)
-    pose_heads: int = 8             # heads of the pose-aware cross-attention (official code: 8)
+    pose_heads: int = 0             # heads of the pose-aware cross-attention; 0 = the preset's (tiny 8; paper 16, the official block's)
     loss_weights: dict = field(default_factory=_loss_weights)  # L = Σ w_k L_k; a plug-in's None = its <name>_weight
 
     @classmethod
@@ -84,6 +86,7 @@ class MethodConfig:
             raise ValueError(f"itm_weighting must be 'mean' or 'official', got {self.itm_weighting!r}")
         if not 0 <= self.label_smoothing < 1: raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if not 0 < self.mlm_prob <= 1: raise ValueError(f"mlm_prob must be in (0, 1], got {self.mlm_prob}")
+        if not self.pose_heads >= 0: raise ValueError(f"pose_heads must be >= 0 (0: the preset's), got {self.pose_heads}")
         return self
 
 # %% ../../nbs/20_base.ipynb #3375e815
@@ -142,6 +145,7 @@ class Report(NamedTuple):
 class Method(nn.Module):
     "The X-VLM objectives on the shared backbone, with CMP's pose branch and identity hard negatives as switches."
     skip_unweighted: bool = True   # a term of weight 0 is not computed (it costs nothing)
+    gather_processes: bool = False # contrastive terms over the batches of all processes (the trainer sets it under DDP)
 
     def __init__(self, backbone_cfg: BackboneConfig, tokens: TokenIds,
                  cfg: MethodConfig | None = None,    # the method's switches (default: MethodConfig())
@@ -152,7 +156,8 @@ class Method(nn.Module):
         self.regularisers = {name: self._plug_in(name, rc) for name, rc in (regularisers or {}).items()}
         if self.cfg.embed_dim: backbone_cfg = dataclasses.replace(backbone_cfg, embed_dim=self.cfg.embed_dim)
         self.backbone = Backbone(backbone_cfg, tokens.vocab_size, self.cfg.global_pool or None)
-        self.pose_branch = PoseBranch(self.backbone.vision_width, self.cfg.pose_heads, backbone_cfg.pose_hidden) if self.cfg.pose else None
+        self.pose_branch = PoseBranch(self.backbone.vision_width, self.cfg.pose_heads or backbone_cfg.pose_heads,
+                                      backbone_cfg.pose_hidden) if self.cfg.pose else None
 
     def _plug_in(self, name: str, rc) -> Regulariser:
         "Check a plug-in's switches against the registry and the config's loss weights."
@@ -167,6 +172,9 @@ class Method(nn.Module):
 
     @property
     def needs_counterparts(self) -> bool: return self.cfg.ihnm          # the loader skips the counterpart images otherwise
+
+    @property
+    def paired_batches(self) -> bool: return self.cfg.ihnm or self.cfg.counterpart_batches   # each person's two records in one batch
 
     @property
     def weights(self) -> dict:
@@ -212,17 +220,39 @@ class Method(nn.Module):
         "Named losses of one batch and their weighted sum 'loss'."
         enc = self.encode(batch)
         idx, temp, w = batch['idx'], self.backbone.temperature(), self.weights
-        terms = {'itc': lambda: info_nce(self.contrastive_scores(enc), temp, idx, self.cfg.label_smoothing),
+        terms = {'itc': lambda: info_nce(self.contrastive_scores(enc), temp, self.gather(idx), self.cfg.label_smoothing),
                  'itm': lambda: self.itm_loss(batch, enc, temp),
                  'mlm': lambda: self.mlm_loss(batch['text_ids'], enc.mask, enc.img)}
         losses = {k: f() for k, f in terms.items() if w[k] or not self.skip_unweighted}
+        if 'text_eda_ids' in batch: losses.update(self.eda_losses(batch, enc, temp))  # the official CMP code's EDA terms
         losses.update(self.extra_losses(batch, enc))                                  # the method's own terms
         losses.update({k: r.loss(self, batch, enc, r.cfg) for k, r in self.regularisers.items() if r.weight})   # plug-ins
         return {**self.weighted(losses), **self.training_stats(enc)}
 
+    def eda_losses(self, batch: dict, enc: Encoded, temp: Tensor) -> dict:
+        "ITC and ITM (in-batch negatives) of the images with the EDA copies of their captions (03a_eda): {'itc_eda', 'itm_eda'}, 0.8 each by default."
+        ids, mask = batch['text_eda_ids'], batch['text_eda_mask']
+        view = {**batch, 'text_ids': ids, 'text_mask': mask}
+        if type(self).encode is Method.encode:                                         # the image side is shared, as in the official code
+            txt = self.backbone.encode_text(ids, mask)
+            eda = dataclasses.replace(enc, txt=txt, mask=mask, txt_feat=self.text_feature(txt, mask))
+        else: eda = self.encode(view)                                                  # a method with its own encode: the whole view
+        return {'itc_eda': info_nce(self.contrastive_scores(eda), temp, self.gather(batch['idx']), self.cfg.label_smoothing),
+                'itm_eda': self.itm_loss(view, eda, temp, ihnm=False)}                     # in-batch negatives (IHNM is in the main ITM)
+
     def contrastive_scores(self, enc: Encoded) -> Tensor:
-        "B×B scores s(I_i, T_j) of the ITC (rows images, columns texts): cosines of the global features."
-        return itc_similarity(enc.img_feat, enc.txt_feat)
+        "Scores s(I_i, T_j) of the ITC (rows images, columns texts) over the contrastive batch: cosines of the global features."
+        return itc_similarity(self.gather(enc.img_feat), self.gather(enc.txt_feat))   # W·B×W·B (B×B with one process)
+
+    def gather(self, x: Tensor) -> Tensor:
+        "B×… of this process -> W·B×… of all processes, with gradient (`gather_with_grad`), when `gather_processes` is on."
+        return gather_with_grad(x) if self.gather_processes else x
+
+    def local(self, x: Tensor, dims: tuple = (0,)) -> Tensor:
+        "This process's share, along `dims`, of a tensor over the contrastive batch (x itself unless `gather_processes`)."
+        if not self.gather_processes: return x
+        for d in dims: x = process_rows(x, d)
+        return x
 
     def extra_losses(self, batch: dict, enc: Encoded) -> dict:
         "The method's own named terms beyond ITC, ITM and MLM (none here)."
@@ -246,13 +276,13 @@ class Method(nn.Module):
         "One in-batch negative image per text and text per image, drawn ∝ softmax(cos(v, t)/τ') (τ' = itm_neg_temp, or τ)."
         return sample_itm_negatives(itc_similarity(enc.img_feat, enc.txt_feat), idx, self.cfg.itm_neg_temp or temp)
 
-    def itm_loss(self, batch: dict, enc: Encoded, temp: Tensor) -> Tensor:
-        "ITM over positives, in-batch hard negatives and (with IHNM) the identity counterparts, for the first itm_frac of the batch."
-        idx = batch['idx']
-        pairs = build_itm_pairs(*self.itm_negatives(enc, idx, temp), ihnm=self.cfg.ihnm).first(self._share(self.cfg.itm_frac, len(idx)))
+    def itm_loss(self, batch: dict, enc: Encoded, temp: Tensor, ihnm: bool | None = None) -> Tensor:
+        "ITM over positives, in-batch hard negatives and (with IHNM; `ihnm` None = the config's) the identity counterparts, for the first itm_frac of the batch."
+        idx, ihnm = batch['idx'], self.cfg.ihnm if ihnm is None else ihnm
+        pairs = build_itm_pairs(*self.itm_negatives(enc, idx, temp), ihnm=ihnm).first(self._share(self.cfg.itm_frac, len(idx)))
         (img, txt), mask = self.itm_inputs(enc), enc.mask
         hard_img = hard_txt = hard_mask = None
-        if self.cfg.ihnm: txt, mask, hard_img, hard_txt, hard_mask = self.counterparts(batch, img, txt, mask)
+        if ihnm: txt, mask, hard_img, hard_txt, hard_mask = self.counterparts(batch, img, txt, mask)
         logits = self.itm_logits(pairs.texts(txt, hard_txt), pairs.texts(mask, hard_mask), pairs.images(img, hard_img))   # N×2
         return itm_loss(logits, pairs.labels, pairs.group if self.cfg.itm_weighting == 'official' else None)
 
@@ -314,6 +344,38 @@ class Method(nn.Module):
     def itm_scores(self, txt_tokens: Tensor, txt_mask: Tensor, img_tokens: Tensor, img_mask: Tensor | None = None) -> Tensor:
         "ITM logit of 'match' for N (text, image) pairs -> N."
         return self.itm_logits(txt_tokens, txt_mask, img_tokens, img_mask)[:, 1]
+
+# %% ../../nbs/20_base.ipynb #8df45f67
+@patch
+def ranking_scores(self: Method,
+                   sim: Tensor,        # Q×G evaluator similarity of the retrieval features
+                   txt_feat: Tensor,   # Q×F the queries' retrieval features
+                  ) -> Tensor:         # Q×G the scores the method ranks by
+    "The scores the method ranks by, from the evaluator's similarity (here the same)."
+    return sim
+
+# %% ../../nbs/20_base.ipynb #9edf03a0
+from ..models.encoders import CrossKV
+
+@patch
+@torch.no_grad()
+def itm_gallery(self: Method,
+                img_tokens: Tensor,             # G×P×D_I gallery tokens as `embed_images` gives them (`itm_image_tokens`)
+                img_mask: Tensor | None = None, # G×P, 1 = real token
+               ) -> CrossKV:                    # the cross layers' keys and values of the G images
+    "The image side of the cross encoder for G gallery images, computed once per image."
+    return self.backbone.cross_kv(img_tokens, img_mask)
+
+@patch
+@torch.no_grad()
+def itm_scores_cached(self: Method,
+                      txt_tokens: Tensor,  # n×L×D_T query tokens as `embed_texts` gives them (`itm_text_tokens`)
+                      txt_mask: Tensor,    # n×L
+                      gallery: CrossKV,    # `itm_gallery` of the gallery
+                      idx: Tensor,         # n×k gallery indices of each query's candidates
+                     ) -> Tensor:          # n×k ITM logits of 'match': `itm_scores` of those pairs
+    "ITM logit of 'match' of each query with its k candidates, the image side read from `gallery`."
+    return self.backbone.itm_logits_cached(txt_tokens, txt_mask, gallery.gather(idx))[..., 1]
 
 # %% ../../nbs/20_base.ipynb #df93b197
 METHODS: dict[str, tuple] = {}   # name -> (class, config class, default switches)

@@ -11,6 +11,7 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
+from fastcore.basics import patch
 
 from ..config import BackboneConfig
 from ..models.encoders import init_bert_weights, masked_mean
@@ -281,18 +282,22 @@ class GradCO(Method):
         "Tokens, (a) the streams of both sides, (b)+(c) anchors and S_final, and the retrieval features."
         img, txt, mask = self.encode_tokens(batch)                                 # B×P×D_I, B×L×D_T, B×L
         I, T = self.image_streams(img), self.text_streams(txt, mask)              # U: B×R×N×D, f: B×R×E
-        hia = self.hia(T.feats, I)                                                 # S_final: B×B
-        return GradCOEncoded(img, txt, mask, self.image_retrieval_feature(I.feats), self.text_retrieval_feature(T.feats, hia.weights),
+        hia = self.hia(self.gather(T.feats), self.contrastive_streams(I))        # S_final: B×B (W·B×W·B under DDP)
+        return GradCOEncoded(img, txt, mask, self.image_retrieval_feature(I.feats), self.text_retrieval_feature(T.feats, self.local(hia.weights)),
                              I=I, T=T, hia=hia)
+
+    def contrastive_streams(self, I: StreamOutput) -> StreamOutput:
+        "The image streams COL and HIA score against: the batch's, or under DDP the tokens and features of all processes' (with gradient)."
+        return StreamOutput(self.gather(I.tokens), self.gather(I.feats), None, None) if self.gather_processes else I
 
     def contrastive_scores(self, enc: GradCOEncoded) -> Tensor:
         "S_finalᵀ (rows images, columns texts): L_itc is the InfoNCE of the aggregated, offloaded expert similarities."
         return enc.hia.scores.t()
 
     def itm_negatives(self, enc: GradCOEncoded, idx: Tensor, temp: Tensor) -> tuple[Tensor, Tensor]:
-        "Our reading: drawn from S_final at the learnt τ (itm_neg_temp does not apply); D#11: X-VLM's draw on the retrieval features."
+        "Our reading: drawn from S_final (this process's block) at the learnt τ (itm_neg_temp does not apply); D#11: X-VLM's draw on the retrieval features."
         if not self.cfg.hia_agg_feat: return super().itm_negatives(enc, idx, temp)
-        return sample_itm_negatives(self.contrastive_scores(enc), idx, temp)
+        return sample_itm_negatives(self.local(self.contrastive_scores(enc), (0, 1)), idx, temp)
 
     def extra_losses(self, batch: dict, enc: GradCOEncoded) -> dict:
         "L_dir, averaged over the streams (with the anchors on)."
@@ -313,7 +318,7 @@ class GradCO(Method):
     def itm_inputs(self, enc: GradCOEncoded) -> tuple[Tensor, Tensor]:
         "The batch's two sides for the cross encoder, from the streams and weights `encode` computed."
         if not self.cfg.hia_agg_feat: return enc.img, enc.txt
-        return hia_image_tokens(enc.I), hia_text_tokens(enc.T, enc.hia.weights)
+        return hia_image_tokens(enc.I), hia_text_tokens(enc.T, self.local(enc.hia.weights))
 
     def itm_logits(self, txt_tokens: Tensor, txt_mask: Tensor, img_tokens: Tensor, img_mask: Tensor | None = None) -> Tensor:
         "N pairs -> N×2 ITM logits; each image's streams are aggregated with its query's weights: (Σ_r w_r U^T_r, Σ_r w_r U^I_r)."
@@ -327,14 +332,16 @@ class GradCO(Method):
     def stream_stats(self, enc: GradCOEncoded) -> dict:
         "Per stream: anchor norm and cosine with f^T − f^I, mean top-gate and HIA weights (0-d tensors)."
         I, T, hia, out = enc.I, enc.T, enc.hia, {}
+        w = self.local(hia.weights)                                                    # B×R, this process's texts
         for r, s in enumerate(self.cfg.streams):
             if hia.delta is not None:
+                delta = self.local(hia.delta[r], (0, 1))                               # B×B×E, this process's pairs
                 diff = T.feats[:, None, r] - I.feats[None, :, r]                       # B×B×E, f^T_i − f^I_j
-                out[f'anchor_norm_{s}'] = hia.delta[r].norm(dim=-1).mean()
-                out[f'anchor_cos_{s}'] = F.cosine_similarity(hia.delta[r], diff, dim=-1).mean()
+                out[f'anchor_norm_{s}'] = delta.norm(dim=-1).mean()
+                out[f'anchor_cos_{s}'] = F.cosine_similarity(delta, diff, dim=-1).mean()
             if I.top is not None: out[f'gate_img_{s}'] = I.top[:, r].mean()
             if T.top is not None: out[f'gate_txt_{s}'] = T.top[:, r].mean()
-            out[f'hia_{s}'] = hia.weights[:, r].mean()
+            out[f'hia_{s}'] = w[:, r].mean()
         return out
 
     def training_stats(self, enc: GradCOEncoded) -> dict:
@@ -352,7 +359,15 @@ class GradCO(Method):
         l_dir = {} if delta is None else {f'l_dir_{s}': direction_diversity(delta[r], self.cfg.sigma) for r, s in enumerate(streams)}
         return Report({**self.stream_stats(enc), **l_dir}, delta)
 
-register('gradco', GradCO, GradCOConfig)
+register('gradco', GradCO, GradCOConfig, counterpart_batches=True)   # batches hold each person's two records (the reading above)
+
+# %% ../../nbs/24_gradco.ipynb #77b39e56
+@patch
+def ranking_scores(self: GradCO, sim: Tensor, txt_feat: Tensor) -> Tensor:
+    "S_final = Σ_r w_r cos_r from the evaluator's Q×G similarity t·v = S_final / (√R‖w‖); D#9: the cosine itself."
+    if not self.cfg.hia_agg_sims: return sim
+    n = txt_feat.unflatten(1, (len(self.cfg.streams), -1)).norm(dim=-1)           # Q×R, w_r / ‖w‖
+    return sim * math.sqrt(n.shape[1]) / n.sum(1, keepdim=True)
 
 # %% ../../nbs/24_gradco.ipynb #d4898b19
 GRADCO_ARMS: dict[str, dict] = {
@@ -364,3 +379,27 @@ GRADCO_ARMS: dict[str, dict] = {
     'D#12': dict(loss_weights={**MethodConfig.default_loss_weights(), 'itc': 0.0}),
     'D#13': dict(loss_weights={**MethodConfig.default_loss_weights(), 'itm': 0.0}),
 }   # arm -> build_method('gradco', …) switches (paper's ablation, Figures 3-4)
+
+# %% ../../nbs/24_gradco.ipynb #cb6e09fa
+from ..models.encoders import CrossKV
+
+@patch
+@torch.no_grad()
+def itm_gallery(self: GradCO, img_tokens: Tensor, img_mask: Tensor | None = None) -> CrossKV:
+    "G×P×R'·D_I stream tokens -> the keys and values of each stream, C×2×H×G×R'×P×d (D#11: the base's)."
+    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_gallery(img_tokens, img_mask)
+    G = img_tokens.shape[0]
+    streams = img_tokens.unflatten(-1, (-1, self.backbone.vision_width)).transpose(1, 2)        # G×R'×P×D_I
+    kv = self.backbone.cross_kv(streams.flatten(0, 1)).kv                                        # C×2×H×G·R'×P×d
+    mask = None if img_mask is None or bool(img_mask.bool().all()) else img_mask
+    return CrossKV(kv.unflatten(3, (G, streams.shape[1])), mask)
+
+@patch
+@torch.no_grad()
+def itm_scores_cached(self: GradCO, txt_tokens: Tensor, txt_mask: Tensor, gallery: CrossKV, idx: Tensor) -> Tensor:
+    "n×k ITM logits; each candidate's stream keys and values mixed with its query's weights, Σ_r w_r K(U^I_r) (D#11: the base's)."
+    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_scores_cached(txt_tokens, txt_mask, gallery, idx)
+    txt, w = unpack_text_tokens(txt_tokens, self.backbone.text_width)                           # n×L×D_T, n×R
+    cand = gallery.gather(idx)                                                                   # kv C×2×H×n×k×R'×P×d
+    kv = cand.kv[:, :, :, :, :, 0] if cand.kv.shape[5] == 1 else torch.einsum('cshnkrpd,nr->cshnkpd', cand.kv, w)
+    return self.backbone.itm_logits_cached(txt, txt_mask, CrossKV(kv, cand.mask))[..., 1]

@@ -97,6 +97,7 @@ class SeDAConfig(MethodConfig):
     fdl_tau: float = 0.07            # τ of FDL when fdl_temp = 'fixed'
     itm_sem: bool = True             # ITM-sem on (I, T^k) with factor hard negatives (rows I-IV: off)
     itm_sem_mining: str = 'caption'  # negatives ∝ softmax(s(z_I^k, z_T^k)/τ): 'caption' (official code) or 'anchor' (z_{T^k}^k)
+    itm_sem_sum: bool = True         # L_ITM-sem as the official code: the sum of the three factors' ITM losses; False = one mean over the 3·K·B pairs
     stp_heads: int = 8               # heads of the 'cross_attention' arm (official: 8)
     loss_weights: dict = field(default_factory=lambda: {**MethodConfig.default_loss_weights(), 'fdl': 1.0, 'itm_sem': 1.0})  # L = Σ w_k L_k over itc, itm, mlm, fdl, itm_sem (+ plug-ins)
 
@@ -196,13 +197,14 @@ class SeDA(Method):
                 for k in range(img_factors.shape[1])]
 
     def itm_sem_loss(self, img: Tensor, sub_txt: Tensor, sub_mask: Tensor, pairs: list[ItmPairs]) -> Tensor:
-        "ITM cross-entropy of the cross encoder on the 3KB (image, sub-caption) pairs, in one call."
+        "ITM cross-entropy of the cross encoder on the 3KB (image, sub-caption) pairs, in one call: summed over the factors (official) or one mean."
         txt = torch.cat([p.texts(sub_txt[:, k]) for k, p in enumerate(pairs)])            # 3KB×L×D_T
         msk = torch.cat([p.texts(sub_mask[:, k]) for k, p in enumerate(pairs)])           # 3KB×L
         fused = self.backbone.fuse(txt, msk, torch.cat([p.images(img) for p in pairs]))   # 3KB×L×D_T
         labels = torch.cat([p.labels for p in pairs])
         group = torch.cat([torch.full_like(p.labels, k) for k, p in enumerate(pairs)])    # factor of each pair
-        return itm_loss(self.backbone.itm_logits(fused), labels, group if self.cfg.itm_weighting == 'official' else None)
+        by_factor = self.cfg.itm_sem_sum or self.cfg.itm_weighting == 'official'            # Σ_k mean over factor k's pairs
+        return itm_loss(self.backbone.itm_logits(fused), labels, group if by_factor else None)
 
     def extra_losses(self, batch: dict, enc: Encoded) -> dict:
         "SeDA's own terms: L_FD ('fdl') and L_ITM-sem ('itm_sem')."
@@ -218,7 +220,7 @@ class SeDA(Method):
         txt_factors = self.stp_text(txt, batch['text_mask']).factors                      # B×K×D_f
         if cfg.fdl:
             temp, eps = (cfg.fdl_tau, 0.0) if cfg.fdl_temp == 'fixed' else (self.backbone.temperature(), cfg.label_smoothing)
-            losses['fdl'] = fdl_loss(img_factors, txt_factors, anchors, batch['idx'], temp, eps)
+            losses['fdl'] = fdl_loss(*map(self.gather, (img_factors, txt_factors, anchors, batch['idx'])), temp, eps)   # all processes' under DDP
         if cfg.itm_sem:
             pairs = self.itm_sem_pairs(img_factors, txt_factors, anchors, batch['idx'])
             losses['itm_sem'] = self.itm_sem_loss(img, sub_txt, sub_mask, pairs)

@@ -18,8 +18,9 @@ from ..config import BackboneConfig, VisionConfig, TextConfig
 # %% auto #0
 __all__ = ['GLOBAL_POOLS', 'XVLM_UNEXPECTED', 'PRETRAINED', 'ImageEncoder', 'bert_config', 'padding_mask', 'cross_layer',
            'init_bert_weights', 'TextEncoder', 'pool_parts', 'AttentionPool', 'masked_mean', 'stripe_pool',
-           'pool_image', 'pool_text', 'global_head', 'itm_mlp', 'Backbone', 'LoadReport', 'xvlm_to_ours',
-           'load_xvlm_checkpoint', 'to_xvlm_state_dict', 'weights_dir', 'resolve_checkpoint', 'check_checkpoint_vocab']
+           'pool_image', 'pool_text', 'global_head', 'itm_mlp', 'Backbone', 'fast_linear', 'CrossKV', 'LoadReport',
+           'xvlm_to_ours', 'load_xvlm_checkpoint', 'to_xvlm_state_dict', 'weights_dir', 'resolve_checkpoint',
+           'check_checkpoint_vocab']
 
 # %% ../../nbs/10_encoders.ipynb #f8dfefab
 class ImageEncoder(SwinTransformer):
@@ -219,6 +220,117 @@ class Backbone(nn.Module):
     def temperature(self) -> Tensor:
         "τ clamped to [0.001, 0.5]."
         return self.temp.clamp(0.001, 0.5)
+
+# %% ../../nbs/10_encoders.ipynb #9cb29506
+from typing import NamedTuple
+from fastcore.basics import patch
+
+def _onednn_linear():
+    "PyTorch's oneDNN linear with fused bias and activation (torch.compile's CPU kernel); None where the build lacks it."
+    try: return torch.ops.mkldnn._linear_pointwise if torch.backends.mkldnn.is_available() else None
+    except (AttributeError, RuntimeError): return None
+
+_LINEAR_POINTWISE = _onednn_linear()
+
+def fast_linear(x: Tensor,               # …×D_in
+                weight: Tensor,          # D_out×D_in
+                bias: Tensor | None = None,
+                gelu: bool = False,      # apply the exact (erf) GELU after the bias
+               ) -> Tensor:              # …×D_out
+    "x Wᵀ + b, then GELU if asked: oneDNN's fused kernel for float32 CPU inference, else `F.linear`."
+    if _LINEAR_POINTWISE is not None and x.device.type == 'cpu' and x.dtype == weight.dtype == torch.float32 \
+            and not torch.is_grad_enabled():
+        return _LINEAR_POINTWISE(x.contiguous(), weight, bias, 'gelu' if gelu else 'none', [], 'none' if gelu else '')
+    y = F.linear(x, weight, bias)
+    return F.gelu(y) if gelu else y
+
+class CrossKV(NamedTuple):
+    "The image side of the cross layers, projected once per image: what re-ranking reads per candidate."
+    kv: Tensor           # C×2×H×G×…×P×d keys (index 0) and values (1) of the C cross layers, per head
+    mask: Tensor | None  # G×P image mask (1 = real token); None = all real
+
+    def gather(self, idx: Tensor) -> 'CrossKV':   # idx: n×k gallery indices (each query's candidates)
+        "The candidates' keys and values: kv C×2×H×n×k×…×P×d, mask n×k×P."
+        n, k = idx.shape
+        flat = idx.reshape(-1).to(self.kv.device)
+        mask = None if self.mask is None else self.mask[flat].view(n, k, -1)
+        return CrossKV(self.kv.index_select(3, flat).unflatten(3, (n, k)), mask)
+
+def _cross_layers(bb) -> nn.ModuleList:
+    te = bb.text_encoder
+    return te.bert.encoder.layer[te.num_text_layers:]
+
+@patch
+@torch.no_grad()
+def cross_kv(self: Backbone,
+             img: Tensor,                    # G×P×D_I image tokens, as the cross encoder reads them
+             img_mask: Tensor | None = None, # G×P, 1 = real token; None = all real
+            ) -> CrossKV:                    # kv C×2×H×G×P×d
+    "Keys and values of every cross layer for G images: computed once per gallery image, read by `itm_logits_cached`."
+    assert img.dim() == 3 and img.shape[-1] == self.vision_width, f"img must be G×P×{self.vision_width}, got {tuple(img.shape)}"
+    kv = []
+    for layer in _cross_layers(self):
+        s = layer.crossattention.self
+        kv.append(torch.stack([fast_linear(img, lin.weight, lin.bias).unflatten(-1, (s.num_attention_heads, -1)).permute(2, 0, 1, 3)
+                               for lin in (s.key, s.value)]))                                    # 2×H×G×P×d
+    mask = None if img_mask is None or bool(img_mask.bool().all()) else img_mask
+    return CrossKV(torch.stack(kv), mask)
+
+def _heads(x: Tensor, H: int) -> Tensor: return x.unflatten(-1, (H, -1)).transpose(-3, -2)     # …×T×H·d -> …×H×T×d
+
+def _add_norm(out: nn.Module, h: Tensor, x: Tensor) -> Tensor:
+    "BertSelfOutput / BertOutput in eval mode: LayerNorm(h W_o + b_o + x)."
+    return out.LayerNorm(fast_linear(h, out.dense.weight, out.dense.bias) + x)
+
+def _self_attention(att: nn.Module, x: Tensor, txt_bias: Tensor, cls_only: bool) -> Tensor:
+    "BertAttention over the text of x n×k'×T×D_T (text mask n×1×1×T); only [CLS]'s row when cls_only."
+    s, H = att.self, att.self.num_attention_heads
+    rows = x[..., :1, :] if cls_only else x                                                      # n×k'×T_q×D_T
+    q = _heads(fast_linear(rows, s.query.weight, s.query.bias) * s.scaling, H)                   # n×k'×H×T_q×d
+    k, v = (_heads(fast_linear(x, lin.weight, lin.bias), H) for lin in (s.key, s.value))          # n×k'×H×T×d
+    w = (q @ k.transpose(-1, -2) + txt_bias[:, None]).softmax(-1)                               # n×k'×H×T_q×T
+    return _add_norm(att.output, (w @ v).transpose(-3, -2).flatten(-2), rows)
+
+def _image_attention(att: nn.Module, x: Tensor, keys: Tensor, values: Tensor, img_bias: Tensor | None) -> Tensor:
+    "BertAttention of x n×k'×T×D_T (k' = 1: shared by the k candidates) to the candidates' keys and values H×n×k×P×d."
+    s = att.self
+    H, n, k, P, d = keys.shape
+    k1, T = x.shape[1], x.shape[2]
+    q = (fast_linear(x, s.query.weight, s.query.bias) * s.scaling).view(n, k1, T, H, d).permute(3, 0, 1, 4, 2)   # H×n×k'×d×T
+    if k1 == 1: w = (keys.reshape(H * n, k * P, d) @ q.reshape(H * n, d, T)).view(H, n, k, P, T)   # one product per query and head
+    else: w = keys @ q                                                                           # H×n×k×P×T
+    if img_bias is not None: w = w + img_bias
+    o = w.softmax(-2).transpose(-1, -2) @ values                                                 # H×n×k×T×d
+    return _add_norm(att.output, o.permute(1, 2, 3, 0, 4).reshape(n, k, T, H * d), x)
+
+def _feed_forward(layer: nn.Module, x: Tensor) -> Tensor:
+    "BertIntermediate + BertOutput in eval mode (GELU fused into the first linear when it is the exact GELU)."
+    lin, gelu = layer.intermediate.dense, getattr(layer.attention.self.config, 'hidden_act', None) == 'gelu'
+    h = fast_linear(x, lin.weight, lin.bias, gelu=True) if gelu else layer.intermediate.intermediate_act_fn(fast_linear(x, lin.weight, lin.bias))
+    return _add_norm(layer.output, h, x)
+
+@patch
+@torch.no_grad()
+def itm_logits_cached(self: Backbone,
+                      txt: Tensor,       # n×L×D_T text tokens of n queries
+                      txt_mask: Tensor,  # n×L, 1 = real token
+                      cand: CrossKV,     # their candidates' keys and values: kv C×2×H×n×k×P×d (`CrossKV.gather`)
+                     ) -> Tensor:        # n×k×2 ITM logits
+    "ITM logits of each query with its k candidates from their cached keys and values: `itm_logits(fuse(…))` of those pairs."
+    layers = _cross_layers(self)
+    assert cand.kv.dim() == 7 and cand.kv.shape[:2] == (len(layers), 2) and cand.kv.shape[3] == txt.shape[0], \
+        f"cand.kv must be C×2×H×n×k×P×d with C={len(layers)}, n={txt.shape[0]} (CrossKV.gather), got {tuple(cand.kv.shape)}"
+    n, k = cand.kv.shape[3:5]
+    T = int(txt_mask.any(0).nonzero().max()) + 1                                                # columns after it are padding for all n
+    txt, txt_mask = txt[:, :T], txt_mask[:, :T]
+    txt_bias = padding_mask(txt_mask, txt.dtype)                                                 # n×1×1×T
+    img_bias = None if cand.mask is None else padding_mask(cand.mask.flatten(0, 1), txt.dtype).view(1, n, k, -1, 1)   # 1×n×k×P×1
+    x = txt[:, None]                                                                             # n×1×T×D_T, shared by the k candidates
+    for l, layer in enumerate(layers):
+        x = _self_attention(layer.attention, x, txt_bias, cls_only=l == len(layers) - 1)        # n×k'×T'×D_T
+        x = _image_attention(layer.crossattention, x, cand.kv[l, 0], cand.kv[l, 1], img_bias)    # n×k×T'×D_T
+        x = _feed_forward(layer, x)
+    return self.itm_head(x[..., 0, :])                                                           # n×k×2, from each pair's [CLS]
 
 # %% ../../nbs/10_encoders.ipynb #100951fa
 XVLM_UNEXPECTED = ('bbox_head.*',)                       # X-VLM pre-training heads with no use here
