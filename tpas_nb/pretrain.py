@@ -14,7 +14,7 @@ from .config import RunConfig, DataConfig, OptimConfig, BackboneConfig, PROFILES
 from .data.synth import ensure_pretrain_corpus, PRETRAIN_ANOMALY_RATE, SYNTHPAB_VERSION
 from .data.pab import PABFolder, pab_tokenizer
 from .models.encoders import PRETRAINED, weights_dir, to_xvlm_state_dict
-from .train import train
+from .train import train, vocab_list
 from .runs import build_run_method, load_weights, atomic_write, resolve_data_root, file_digest
 
 # %% auto #0
@@ -89,7 +89,7 @@ def export_checkpoint(run_dir,             # a finished pretraining run folder
     paths['weights'].parent.mkdir(parents=True, exist_ok=True)
     sd = {k: v.contiguous() for k, v in to_xvlm_state_dict(method.backbone).items()}
     atomic_write(paths['weights'], lambda p: save_file(sd, str(p), metadata={'format': 'x-vlm', 'step': str(step)}))
-    vocab = [t for t, _ in sorted(tok.vocab.items(), key=lambda kv: kv[1])]
+    vocab = vocab_list(tok)
     atomic_write(paths['vocab'], lambda p: p.write_text('\n'.join(vocab) + '\n', encoding='utf-8'))
     B = metrics['train']['global_batch']
     prov = dict(command=command, config=to_dict(config), seed=config.seed, selected_step=step, samples_seen=metrics['train']['samples'],

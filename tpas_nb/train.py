@@ -21,10 +21,10 @@ from .eval.benchmark import evaluate_split
 # %% auto #0
 __all__ = ['NORM_LAYERS', 'SCHEDULES', 'RESUMABLE_CHANGES', 'no_decay_ids', 'param_groups', 'build_optimizer', 'lr_factor',
            'build_scheduler', 'epoch_permutation', 'micro_batches', 'SeededItems', 'rng_state', 'set_rng_state',
-           'save_state', 'load_state', 'config_changes', 'make_accelerator', 'val_summary', 'better', 'TrainState',
-           'Callback', 'progress_line', 'Trainer', 'CancelFit', 'ResumeCB', 'LogCB', 'ValidateCB', 'StopAfterCB',
-           'CheckpointCB', 'ProgressCB', 'FinalEvalCB', 'run_metrics', 'train', 'plot_loss_curves', 'example_queries',
-           'run_examples', 'save_plots', 'step_flops', 'close_process_group', 'train_cli']
+           'save_state', 'load_state', 'config_changes', 'make_accelerator', 'vocab_list', 'val_summary', 'better',
+           'TrainState', 'Callback', 'progress_line', 'Trainer', 'CancelFit', 'ResumeCB', 'LogCB', 'ValidateCB',
+           'StopAfterCB', 'CheckpointCB', 'ProgressCB', 'FinalEvalCB', 'run_metrics', 'train', 'plot_loss_curves',
+           'example_queries', 'run_examples', 'save_plots', 'step_flops', 'close_process_group', 'train_cli']
 
 # %% ../nbs/40_training.ipynb #aad30838
 NORM_LAYERS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm)
@@ -204,7 +204,7 @@ def _init_checkpoint(method, config: RunConfig, tok, out: Path, write: bool) -> 
     from tpas_nb.models.encoders import load_xvlm_checkpoint, resolve_checkpoint, check_checkpoint_vocab
     if not hasattr(method, 'backbone'): raise ValueError("init_checkpoint needs a method with a .backbone (tpas_nb.models.encoders.Backbone)")
     path = resolve_checkpoint(config.init_checkpoint, config.preset)
-    check_checkpoint_vocab(path, _vocab_list(tok))
+    check_checkpoint_vocab(path, vocab_list(tok))
     report = load_xvlm_checkpoint(method.backbone, path)
     loaded = {id(method.backbone.get_parameter(k)) for k in report.matched + report.converted
               if k in dict(method.backbone.named_parameters(remove_duplicate=False))}
@@ -214,7 +214,7 @@ def _init_checkpoint(method, config: RunConfig, tok, out: Path, write: bool) -> 
             dict(checkpoint=str(path), sha256=file_digest(path), counts={k: len(v) for k, v in rep.items()}, **rep), indent=1)))
     return {id(p) for p in method.parameters()} - loaded
 
-def _vocab_list(tok) -> list[str]:
+def vocab_list(tok) -> list[str]:
     "The tokenizer's vocabulary in id order."
     return [t for t, _ in sorted(tok.vocab.items(), key=lambda kv: kv[1])]
 
@@ -304,7 +304,7 @@ class Trainer:
         save_config(self.config, self.out / 'config.yaml')
         if not (self.out / 'backbone.yaml').exists(): save_config(run_backbone(self.config), self.out / 'backbone.yaml')
         if not (self.out / 'vocab.txt').exists():
-            atomic_write(self.out / 'vocab.txt', lambda p: p.write_text(''.join(t + '\n' for t in _vocab_list(tok)), encoding='utf-8'))
+            atomic_write(self.out / 'vocab.txt', lambda p: p.write_text(''.join(t + '\n' for t in vocab_list(tok)), encoding='utf-8'))
 
     def _data(self):
         "The training set (its split, its recorded train_subset, paired batches when the method uses counterparts), its collate, and the step counts."
