@@ -1,6 +1,6 @@
 """Worker of nbs/12_objectives.ipynb: ITC of features gathered with gradient across two gloo processes (DDP) against one
 process on the global batch; `python tests/gather_itc_worker.py one` runs the single process, torchrun the two."""
-import json, sys, torch, torch.distributed as dist
+import json, os, sys, torch, torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tpas_nb.objectives import gather_with_grad, process_rows, itc_loss
@@ -40,4 +40,5 @@ else:
         model = DDP(Encoders()); model.module.load_state_dict(net.state_dict())
         out[name] = run(model, xi[rows], xt[rows], ids[rows], gather)
     if r == 0: print(json.dumps(out))
-    dist.destroy_process_group()
+    dist.barrier(); dist.destroy_process_group()          # all ranks meet first
+    sys.stdout.flush(); os._exit(0)                        # skip interpreter teardown: a gloo rank's threads can abort it ('terminate called without an active exception')
