@@ -222,10 +222,10 @@ def test_parameters_cell_lists_every_switch():
 def test_loss_curves_as_before(cache, tmp_path, arm):
     """A fixed-seed 20-step run gives the loss curve that the code before the run-folder/trainer/method-hooks refactor gave
     (tests/fixtures/loss_curves_9c08c06.json: 5 epochs of 16 pairs, batch 8, one torch thread); the attention and InfoNCE
-    rewrites change the float summation order, hence the tolerance. Issue 15's new defaults (GradCO's counterpart batches, SeDA's summed
-    ITM-sem) are switched off: the old behaviour is a switch away."""
+    rewrites change the float summation order, hence the tolerance. Issue 15's new defaults (GradCO's counterpart batches, pretrained
+    stream heads and scaled top gate, SeDA's summed ITM-sem) are switched off: the old behaviour is a switch away."""
     method, args = {'cmp': ('cmp', {}), 'cmp_qct': ('cmp', {'qct_weight': 0.5}),
-                    'gradco': ('gradco', {'counterpart_batches': False}),                          # random batches, as before issue 15
+                    'gradco': ('gradco', {'counterpart_batches': False, 'stream_heads': 'fresh', 'top_gate_scale': False}),  # as before issue 15
                     'seda_ca': ('seda', {'stp_weighting': 'cross_attention', 'itm_sem_sum': False})}[arm]   # ITM-sem's mean, as before
     want = json.loads((REPO / 'tests' / 'fixtures' / 'loss_curves_9c08c06.json').read_text())['curves'][arm]
     synth = dict(SYNTH, synth_test_pairs=6)

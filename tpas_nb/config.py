@@ -138,6 +138,7 @@ class RunConfig:
     device: str = 'auto'            # 'auto', 'cpu' or 'cuda'
     mixed_precision: str = 'auto'   # 'auto' (bf16 on GPUs), 'no' or 'bf16'
     k_test: int = 128               # ITM re-ranking depth at evaluation
+    itm_score: str = 'logit'        # what orders the top k: 'logit' l_1 (official codes) or 'probability' σ(l_1 − l_0) (CMP's text); 20_base
     eval_batch: int = 64            # images / captions per embedding call at evaluation
     val_every: int = 1              # evaluate on `val` every this many epochs (and after the last step)
     checkpoint_every: int = 0       # also checkpoint every this many optimiser steps; 0 = at epoch ends only
@@ -200,6 +201,7 @@ PROFILE_SETTINGS: dict[str, list[tuple]] = {   # profile -> rows (method, or '*'
         ('*', 'epochs', 4, '42_pretrain, Fine-tuning on the CPU (624 steps, about 5 min on two cores)'),
         ('*', 'batch_size', 64, '42_pretrain, trial "batch 32"; a global batch of paired records'),
         ('*', 'k_test', 128, 'CMP App. B.2 "the top 128 images"; 30_retrieval: from cached keys and values, 2,000 queries in ~12 s on one thread'),
+        ('*', 'itm_score', 'logit', 'official codes (X-VLM, CMP, SeDA, GradCO) re-rank by itm_head(…)[:, 1]; CMP §5 says "matching probability" (the switch)'),
         ('*', 'method_args.mlm_frac', 0.25, '42_pretrain, The recipe: MLM on a quarter of the captions'),
         ('*', 'method_args.itm_neg_temp', 0.05, '42_pretrain, trial "ITM negatives at the learnt τ"'),
         ('*', 'optim.lr', 2e-3, '42_pretrain, trials "lr / 2" and "lr x 2"'),
@@ -221,6 +223,7 @@ PROFILE_SETTINGS: dict[str, list[tuple]] = {   # profile -> rows (method, or '*'
         ('*', 'optim.weight_decay', 0.01, 'CMP §5; SeDA; GradCO, implementation details'),
         ('*', 'optim.lr_mult_new', 2.0, f'{_OFFICIAL}: optimizer lr_mult 2'),
         ('*', 'k_test', 128, f'CMP App. B.2 "the top 128 images"; {_OFFICIAL}: k_test 128'),
+        ('*', 'itm_score', 'logit', 'official codes (X-VLM, CMP, SeDA, GradCO) re-rank by itm_head(…)[:, 1]; CMP §5 says "matching probability" (the switch)'),
         ('*', 'data.random_erasing', 0.6, f'{_OFFICIAL}: erasing_p 0.6 (CMP App. B.1: random erasing)'),
         ('*', 'data.hflip', 0.5, 'CMP App. B.1: random horizontal flipping; official transform RandomHorizontalFlip(), p = 0.5'),
         ('*', 'data.paired', True, 'this project (40_training, Paired batches): a counterpart is the other record of its person in the batch; '

@@ -34,7 +34,8 @@ GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper print
     'seda': dict(ABLATION_ROWS),
     'qcalign': {'CMP': ('cmp', {}), **{f'CMP {arm}': ('cmp', sw) for arm, sw in QCT_ARMS.items()},
                 'X-VLM': ('xvlm', {}), 'X-VLM +QC-Align': ('xvlm', QCT_ARMS['+QC-Align'])},
-    'gradco': {'CMP': ('cmp', {}), **{arm: ('gradco', sw) for arm, sw in GRADCO_ARMS.items()}},
+    'gradco': {'CMP': ('cmp', {}), 'X-VLM (baseline)': ('xvlm', {}),                # GradCO's own baseline is X2-VLM (its Table 1, Fig. 15)
+               **{arm: ('gradco', sw) for arm, sw in GRADCO_ARMS.items()}},
 }
 
 # %% ../nbs/41_grid.ipynb #82239887

@@ -14,8 +14,8 @@ import tpas_nb
 from .grid import GRIDS, METRICS, collect, summarise, paired_delta
 
 # %% auto #0
-__all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'DECIMALS', 'PAIRED_METRICS', 'paper_tables', 'table', 'metric_label',
-           'resolve_runs_root', 'beside', 'show_tables', 'paired']
+__all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'paper_tables', 'table', 'metric_label',
+           'resolve_runs_root', 'beside', 'show_tables', 'paired', 'published_value', 'verdict', 'verdicts']
 
 # %% ../nbs/95_tables.ipynb #813401c8
 CSV_PATH = Path(tpas_nb.__file__).parent / 'paper_tables.csv'   # package data (MANIFEST.in)
@@ -171,3 +171,66 @@ def paired(measured: pd.DataFrame,           # collect() rows
     out.index.name = f'minus {base}'
     return out
 
+
+# %% ../nbs/95_tables.ipynb #3df315c2
+CLAIMS: list[dict] = [   # the comparisons each paper's verdict rests on; cells: (table, column or columns averaged, row label or row_no)
+    dict(paper='CMP', claim='main', grid='cmp', arm='CMP', base='X-VLM (baseline)', metric='test_R1',
+         arm_cell=('Table 6', 'R@1', 'CMP (Ours)'), base_cell=('Table 6', 'R@1', 'Baseline')),
+    dict(paper='CMP', claim='strongest ablation', grid='cmp', arm='+IHNM', base='X-VLM (baseline)', metric='test_R1',
+         arm_cell=('Table 6', 'R@1', 'M2'), base_cell=('Table 6', 'R@1', 'Baseline')),
+    dict(paper='SeDA', claim='main', grid='seda', arm='(V)', base='(0)', metric='test_R1',
+         arm_cell=('Ablation', 'R@1 (%)', '(V)'), base_cell=('Ablation', 'R@1 (%)', '(0)')),
+    dict(paper='SeDA', claim='strongest ablation', grid='seda', arm='(III)', base='(0)', metric='test_R1',
+         arm_cell=('Ablation', 'R@1 (%)', '(III)'), base_cell=('Ablation', 'R@1 (%)', '(0)')),
+    dict(paper='QC-Align', claim='main', grid='qcalign', arm='CMP +QC-Align', base='CMP', metric='test_R1',
+         arm_cell=('Ablation (RQ2)', 'Baseline', '+QC-Align'), base_cell=('Ablation (RQ2)', 'Baseline', 'Baseline')),
+    dict(paper='QC-Align', claim='strongest ablation', grid='qcalign', arm='CMP +CAME', base='CMP', metric='test_R1',
+         arm_cell=('Ablation (RQ2)', 'Baseline', '+CAME'), base_cell=('Ablation (RQ2)', 'Baseline', 'Baseline')),
+    dict(paper='GradCO', claim='main', grid='gradco', arm='full', base='CMP', metric='test_R1',
+         arm_cell=('Table 1', 'R@1', 18), base_cell=('Table 1', 'R@1', 17)),                       # #Data 0.1M
+    dict(paper='GradCO', claim='over its baseline', grid='gradco', arm='full', base='X-VLM (baseline)', metric='test_R1',
+         arm_cell=('Table 1', 'R@1', 18), base_cell=('Table 1', 'R@1', 10)),                       # fine-tuned on 0.1M
+    dict(paper='GradCO', claim='strongest ablation', grid='gradco', arm='D#13', base='full', metric='test_Ravg',
+         arm_cell=('Figs. 3-4 (text)', 'PAB-Avg', 'D#13'), base_cell=('Table 1', ('R@1', 'R@5', 'R@10'), 18)),
+]
+
+def published_value(paper: str, cell: tuple) -> float:
+    "The published number of (table, column, row) of `paper`, the row by its label (when unique) or its row_no; a tuple of columns: their mean."
+    name, cols, row = cell
+    t = paper_tables().query('paper == @paper and table == @name')
+    t = t[t.row_no == row] if isinstance(row, int) else t[t.row == row]
+    if t.row_no.nunique() != 1: raise ValueError(f"{paper} {name}: {t.row_no.nunique()} rows labelled {row!r}; give its row_no")
+    vals = []
+    for c in (cols,) if isinstance(cols, str) else cols:
+        v = t[t.column == c].value
+        if v.isna().all(): raise ValueError(f"{paper} {name}: no number in row {row!r}, column {c!r}")
+        vals.append(float(v.dropna().iloc[0]))
+    return float(np.mean(vals))
+
+def verdict(delta: float, p: float, published_delta: float, n: int, n_required: int = 3, alpha: float = 0.05) -> str:
+    "holds / does not hold / not separable at this budget / pending, from a paired difference and the published one."
+    if n < n_required: return f'pending ({n}/{n_required} seeds)'
+    if not p < alpha: return 'not separable at this budget'
+    return 'holds' if np.sign(delta) == np.sign(published_delta) else 'does not hold'
+
+def verdicts(measured: pd.DataFrame,       # collect() rows of one kind of data
+             claims=CLAIMS, n_required: int = 3, alpha: float = 0.05,
+            ) -> pd.DataFrame:             # one row per claim
+    "Each claim's published difference beside the measured one (paired by seed), the verdict, and for R@1 the same pair ranked by ITC alone."
+    if measured.data.nunique() > 1: raise ValueError(f"runs on {sorted(measured.data.unique())}; pass one kind of data")
+    rows = []
+    for c in claims:
+        pub = published_value(c['paper'], c['arm_cell']) - published_value(c['paper'], c['base_cell'])
+        d = measured[measured.grid == c['grid']]
+        r = paired_delta(d, c['base'], c['metric']).reindex([c['arm']]).iloc[0] if c['base'] in set(d.arm) else None
+        n = 0 if r is None or pd.isna(r.n) else int(r.n)
+        itc = paired_delta(d, c['base'], 'test_itc_R1').reindex([c['arm']]).iloc[0] \
+              if n and c['metric'] == 'test_R1' and 'test_itc_R1' in d else None                 # the same pair ranked by ITC alone
+        rows.append({'paper': c['paper'], 'claim': c['claim'], 'comparison': f"{c['arm']} − {c['base']} ({c['grid']})",
+                     'metric': metric_label(c['metric']), 'published Δ': round(pub, 2),
+                     'measured Δ': f"{r.mean_delta:+.2f} ± {r.std_delta:.2f}" if n > 1 else f"{r.mean_delta:+.2f}" if n else '',
+                     'wins': r.wins if n else '', 'p': r.p if n else np.nan,
+                     'verdict': verdict(r.mean_delta if n else np.nan, r.p if n else np.nan, pub, n, n_required, alpha),
+                     'ITC-only Δ': '' if itc is None or pd.isna(itc.mean_delta) else f"{itc.mean_delta:+.2f}" + (f" ± {itc.std_delta:.2f}" if itc.n > 1 else ''),
+                     'ITC-only p': np.nan if itc is None else itc.p})
+    return pd.DataFrame(rows)

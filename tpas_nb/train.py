@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 from .config import RunConfig, OptimConfig, BackboneConfig, get_preset, save_config, load_config, to_dict
 from .runs import Run, atomic_write, file_digest, save_weights, load_weights, resolve_data_root, run_backbone
 from .eval.benchmark import evaluate_split
+from .methods.base import ITM_SCORES
 
 # %% auto #0
 __all__ = ['NORM_LAYERS', 'SCHEDULES', 'RESUMABLE_CHANGES', 'no_decay_ids', 'param_groups', 'build_optimizer', 'lr_factor',
@@ -164,7 +165,7 @@ def load_state(path) -> dict:
     return torch.load(Path(path), map_location='cpu', weights_only=True)
 
 # %% ../nbs/40_training.ipynb #50f9b8a7
-RESUMABLE_CHANGES = ('device', 'mixed_precision', 'k_test', 'eval_batch', 'val_every', 'checkpoint_every', 'out_dir',
+RESUMABLE_CHANGES = ('device', 'mixed_precision', 'k_test', 'itm_score', 'eval_batch', 'val_every', 'checkpoint_every', 'out_dir',
                      'data.num_workers', 'data.cache_dir')   # may differ between a run and its resumption
 
 def _flat(d: dict, prefix: str = '') -> dict:
@@ -208,6 +209,7 @@ def _init_checkpoint(method, config: RunConfig, tok, out: Path, write: bool) -> 
     report = load_xvlm_checkpoint(method.backbone, path)
     loaded = {id(method.backbone.get_parameter(k)) for k in report.matched + report.converted
               if k in dict(method.backbone.named_parameters(remove_duplicate=False))}
+    if hasattr(method, 'after_checkpoint'): loaded |= method.after_checkpoint()   # the method's layers that start from the checkpoint (GradCO's stream heads)
     if write:
         rep = asdict(report)
         atomic_write(out / 'init_report.json', lambda p: p.write_text(json.dumps(
@@ -274,6 +276,7 @@ class Trainer:
     def __init__(self, config: RunConfig, method: nn.Module | None = None, progress: bool = True, callbacks=()):
         from accelerate.utils import set_seed
         from tpas_nb.data.pab import PABFolder, pab_tokenizer
+        if config.itm_score not in ITM_SCORES: raise ValueError(f"unknown itm_score {config.itm_score!r}; valid: {ITM_SCORES}")   # before hours of training
         self.t_start, self.config, self.acc = time.time(), config, make_accelerator(config)
         self.main, self.W, self.rank = self.acc.is_main_process, self.acc.num_processes, self.acc.process_index
         self.out, self.show = Path(config.out_dir), progress and self.main
@@ -516,7 +519,7 @@ class FinalEvalCB(Callback):
 def evaluate(self: Trainer, split: str, progress: bool = False) -> dict:
     "Retrieval metrics of the current weights on one split (sharded over the processes)."
     return evaluate_split(self.net, self.folder, split, self.tok, self.max_len, self.config.k_test, self.config.eval_batch,
-                          device=self.acc.device, accelerator=self.acc, progress=progress)
+                          device=self.acc.device, accelerator=self.acc, progress=progress, itm_score=self.config.itm_score)
 
 def run_metrics(t: Trainer, splits: dict, eval_wall_s: float) -> dict:
     "metrics.json of a finished run: every split, the selection, the val history, training speed and memory."
@@ -591,7 +594,7 @@ def run_examples(method, folder, tok, config: RunConfig, max_len: int, split: st
     for a in ('texts', 'text_image_ids', 'text_kinds', 'text_person_ids'): setattr(sub, a, [getattr(ds, a)[i] for i in q])
     img = embed_gallery(method, ds, config.eval_batch, device, progress=False)
     txt = embed_queries(method, sub.texts, tok, max_len, config.eval_batch, device)
-    return sub, rank(method, txt, img, config.k_test)
+    return sub, rank(method, txt, img, config.k_test, itm_score=config.itm_score)
 
 def save_plots(out: Path, method, folder, tok, config: RunConfig, max_len: int):
     "Write loss_curves.png and retrieval_examples.png into the run folder."

@@ -13,6 +13,7 @@ from ..config import progress as show_progress
 from ..data.pab import PABFolder, PABTestDataset
 from ..data.weather import WEATHERS
 from .retrieval import embed_gallery, embed_queries, evaluate
+from ..methods.base import ITM_SCORES
 from ..runs import Run, cache_file
 
 # %% auto #0
@@ -114,6 +115,7 @@ def benchmark_run(run_dir,                 # a run folder of tpas_nb.train (conf
                   device: str = 'auto',    # 'auto', 'cpu' or 'cuda'
                   data_root: str = '',     # the PAB root if it moved since training ('' = the run's data)
                   method=None,             # a built method instead of the run's own (custom methods)
+                  itm_score: str | None = None, # what orders the top k: 'logit' | 'probability' (`rank`); None: the run's
                  ) -> dict:                # see above; plain JSON
     "Evaluate a run folder on every protocol, reusing saved embeddings."
     t_start = time.time()
@@ -121,6 +123,8 @@ def benchmark_run(run_dir,                 # a run folder of tpas_nb.train (conf
     config, folder, tok = run.config, run.folder, run.tokenizer       # the run's own tokenizer, whatever folder it is evaluated on
     names = resolve_splits(folder, splits)
     ks = k_list(k_tests, config.k_test)
+    score = itm_score or config.itm_score
+    if score not in ITM_SCORES: raise ValueError(f"unknown itm_score {score!r}; valid: {ITM_SCORES}")
     device = _device(device)
     method = run.load_method(weights, device, method)
     digest, max_len, B = run.digest(weights), run.max_len, config.eval_batch
@@ -144,7 +148,8 @@ def benchmark_run(run_dir,                 # a run folder of tpas_nb.train (conf
         res = dict(rankings={}, n_queries=len(ds.texts), n_gallery=len(ds.image_ids),
                    cached=dict(gallery=g_cached, queries=q_cached), seconds=dict(embed=round(time.time() - t0, 3)))
         for k in [k for k in ks if k] or [0]:
-            r = evaluate(method, ds, tok, max_len, k_test=k, batch_size=B, device=device, progress=progress, img_emb=img, txt_emb=txt)
+            r = evaluate(method, ds, tok, max_len, k_test=k, batch_size=B, device=device, progress=progress, img_emb=img, txt_emb=txt,
+                         itm_score=score)
             res['rankings'].setdefault('itc', r.pop('itc'))
             if k: res['rankings'][ranking_name(k)] = {e: r[e] for e in ('all', 'normal', 'anomaly', 'identity', 'hard_pair_acc')}
             res['seconds'][ranking_name(k)] = r['seconds']
@@ -155,7 +160,7 @@ def benchmark_run(run_dir,                 # a run folder of tpas_nb.train (conf
     counts = dict(gallery_computed=len(out) - g_read, gallery_read=g_read, queries_computed=len(queries) - q_read, queries_read=q_read)
     return dict(run_dir=str(run_dir), method=config.method, preset=config.preset, method_args=config.method_args,
                 weights=weights, weights_sha256=digest, data_root=str(folder.root), synthetic=folder.synthetic,
-                device=device, threads=torch.get_num_threads(), k_tests=ks, rankings=rankings, splits=out,
+                device=device, threads=torch.get_num_threads(), k_tests=ks, itm_score=score, rankings=rankings, splits=out,
                 protocols=protocols, weather_conditions=conds, embeddings=counts,
                 seconds=dict(total=round(time.time() - t_start, 2), embed=round(embed_s, 2),
                              rank=round(sum(s for r in out.values() for n, s in r['seconds'].items() if n != 'embed'), 2)))
@@ -167,12 +172,13 @@ def evaluate_split(method,                 # a Method on `device`
                    device='cpu',
                    accelerator=None,       # shards the evaluation when it has several processes
                    progress: bool = False,
+                   itm_score: str = 'logit', # what orders the top k (`rank`)
                   ) -> dict:               # `evaluate`'s result
     "Retrieval metrics of `method` on one test-format split of a PAB folder."
     ds = PABTestDataset(folder, split, img_size=method.backbone.img_size, pose=method.needs_pose)
     multi = accelerator is not None and accelerator.num_processes > 1
     return evaluate(method, ds, tokenizer, max_len, k_test=k_test, batch_size=batch_size, device=device,
-                    progress=progress, accelerator=accelerator if multi else None)
+                    progress=progress, accelerator=accelerator if multi else None, itm_score=itm_score)
 
 def evaluate_run(run_dir,                  # a folder written by `train`
                  splits=('test',),         # split names of PABFolder (test, ucc, val, weather:<name>)
@@ -182,13 +188,15 @@ def evaluate_run(run_dir,                  # a folder written by `train`
                  progress: bool = False,
                  accelerator=None,         # an Accelerator to shard the evaluation (None: one process)
                  data_root: str = '',      # another PAB-layout folder ('' = the run's data)
+                 itm_score: str | None = None, # 'logit' | 'probability'; None: the run's
                 ) -> dict:                 # {split: evaluate(...) result}
     "Metrics of a run folder's weights on `splits`."
     run = Run(run_dir, data_root)
     device = accelerator.device if accelerator is not None else 'cpu'
     method = run.load_method(weights, device, method)
     k = run.config.k_test if k_test is None else k_test
-    return {s: evaluate_split(method, run.folder, s, run.tokenizer, run.max_len, k, run.config.eval_batch, device, accelerator, progress)
+    return {s: evaluate_split(method, run.folder, s, run.tokenizer, run.max_len, k, run.config.eval_batch, device, accelerator, progress,
+                           itm_score or run.config.itm_score)
             for s in splits}
 
 # %% ../../nbs/32_protocols.ipynb #8bc827ae

@@ -14,6 +14,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from ..config import progress as show_progress
+from ..methods.base import ITM_SCORES
 
 # %% auto #0
 __all__ = ['FUSIONS', 'ITC_TIEBREAK', 'POSITIVE_COLOUR', 'COUNTERPART_COLOUR', 'positive_mask', 'sorted_relevance',
@@ -129,8 +130,16 @@ def _eval_mode(method):
         with torch.no_grad(): yield
     finally: method.train(was_training)
 
-def _itm_chunk(method, txt_emb, img_emb, rows:slice, topk_idx:Tensor) -> Tensor:
-    "ITM logits (n×k) of the queries `rows` with their top-k items, in one itm_scores call on N = n·k pairs."
+def _scored(fn, *args, score: str = 'logit') -> Tensor:
+    "fn(*args), with `score=` only when it is not the logit: a method whose ITM hook takes no `score` still re-ranks by its own scores."
+    if score == 'logit': return fn(*args)
+    try: return fn(*args, score=score)
+    except TypeError as e:
+        if 'score' not in str(e): raise
+        raise ValueError(f"{fn.__qualname__} takes no `score`: this method re-ranks by its own scores only (itm_score='logit')") from e
+
+def _itm_chunk(method, txt_emb, img_emb, rows:slice, topk_idx:Tensor, score:str='logit') -> Tensor:
+    "ITM scores (n×k) of the queries `rows` with their top-k items, in one itm_scores call on N = n·k pairs."
     n, k = topk_idx.shape
     tt, tm = _field(txt_emb, 'tokens')[rows], _field(txt_emb, 'mask')[rows]          # n×L×D_T, n×L
     L, D = tt.shape[1:]
@@ -139,7 +148,7 @@ def _itm_chunk(method, txt_emb, img_emb, rows:slice, topk_idx:Tensor) -> Tensor:
     flat = topk_idx.reshape(-1).to(_field(img_emb, 'tokens').device)                  # N
     it, im = _field(img_emb, 'tokens')[flat], _field(img_emb, 'mask')[flat]           # N×P×D_I, N×P
     it, im = it.to(tt.device), im.to(tt.device)
-    return method.itm_scores(tt, tm, it, im).float().view(n, k)
+    return _scored(method.itm_scores, tt, tm, it, im, score=score).float().view(n, k)
 
 def _my_rows(Q: int, accelerator) -> range:
     "The queries this process re-ranks: a contiguous block per process (all of them without Accelerate)."
@@ -158,8 +167,8 @@ def uses_cached_itm(method) -> bool:
     return cached is not None and owner('itm_gallery') is not None and \
         all(issubclass(cached, c) for c in map(owner, ('itm_scores', 'itm_logits')) if c is not None)
 
-def _itm_cached(method, txt_emb, img_emb, rows: range, topk_idx: Tensor, per_call: int, progress: bool) -> Tensor:
-    "ITM logits (len(rows)×k) of the queries `rows`: the keys and values of the images they re-rank computed once; chunks of per_call queries, longest captions first."
+def _itm_cached(method, txt_emb, img_emb, rows: range, topk_idx: Tensor, per_call: int, progress: bool, score: str = 'logit') -> Tensor:
+    "ITM scores (len(rows)×k) of the queries `rows`: the keys and values of the images they re-rank computed once; chunks of per_call queries, longest captions first."
     r = slice(rows.start, rows.stop)
     tt, tm, top = _field(txt_emb, 'tokens')[r], _field(txt_emb, 'mask')[r], topk_idx[r]       # n×L×D_T, n×L, n×k
     used, cand = torch.unique(top, return_inverse=True)                                      # images some query re-ranks; n×k positions among them
@@ -170,7 +179,7 @@ def _itm_cached(method, txt_emb, img_emb, rows: range, topk_idx: Tensor, per_cal
     out = torch.empty(top.shape, device=tt.device)                                           # n×k
     for s in show_progress(range(0, len(order), per_call), progress):
         q = order[s:s + per_call]
-        out[q] = method.itm_scores_cached(tt[q], tm[q], gallery, cand[q].to(tt.device)).float()
+        out[q] = _scored(method.itm_scores_cached, tt[q], tm[q], gallery, cand[q].to(tt.device), score=score).float()
     return out
 
 def rank(method,                  # a Method: itm_scores(txt_tokens N×L×D_T, txt_mask N×L, img_tokens N×P×D_I, img_mask N×P) -> N
@@ -181,12 +190,14 @@ def rank(method,                  # a Method: itm_scores(txt_tokens N×L×D_T, t
          itm_batch:int=512,       # pairs per call of the cross encoder (a chunk of max(1, itm_batch // k) queries)
          progress:bool=False,     # show a progress bar over the chunks
          accelerator=None,        # HF Accelerator: each process re-ranks a block of queries, then a sum all-reduce
-         return_itm:bool=False,   # also return (topk_idx Q×k, raw ITM logits Q×k), e.g. to show the scores
+         return_itm:bool=False,   # also return (topk_idx Q×k, raw ITM scores Q×k), e.g. to show the scores
          cache_kv:bool=True,      # re-rank from the gallery's cached keys and values when the method has them (`uses_cached_itm`); False: every pair through itm_scores
+         itm_score:str='logit',   # what orders the top k: 'logit' l_1 (official codes) | 'probability' σ(l_1 − l_0) (CMP's text); `match_score`
         ) -> Tensor:              # Q×G final scores (or (scores, topk_idx, itm) with return_itm)
     "ITC similarity for all pairs, then each query's top k re-scored by ITM, in chunks of queries."
     _check_k(k_test)
     if score_fusion not in FUSIONS: raise ValueError(f"unknown score_fusion {score_fusion!r}; valid: {FUSIONS}")
+    if itm_score not in ITM_SCORES: raise ValueError(f"unknown itm_score {itm_score!r}; valid: {ITM_SCORES}")
     sim = similarity(txt_emb, img_emb)                                                 # Q×G
     if k_test == 0: return (sim, sim.new_zeros(sim.shape[0], 0, dtype=torch.long), sim.new_zeros(sim.shape[0], 0)) if return_itm else sim
     Q, G = sim.shape
@@ -197,16 +208,16 @@ def rank(method,                  # a Method: itm_scores(txt_tokens N×L×D_T, t
     rows = _my_rows(Q, accelerator)
     with _eval_mode(method):
         if cache_kv and uses_cached_itm(method):
-            if len(rows): itm[rows.start:rows.stop] = _itm_cached(method, txt_emb, img_emb, rows, topk_idx, per_call, progress)
+            if len(rows): itm[rows.start:rows.stop] = _itm_cached(method, txt_emb, img_emb, rows, topk_idx, per_call, progress, itm_score)
         else:
             for s in show_progress(range(rows.start, rows.stop, per_call), progress):
                 r = slice(s, min(s + per_call, rows.stop))
-                itm[r] = _itm_chunk(method, txt_emb, img_emb, r, topk_idx[r])
+                itm[r] = _itm_chunk(method, txt_emb, img_emb, r, topk_idx[r], itm_score)
     if accelerator is not None and accelerator.num_processes > 1: itm = accelerator.reduce(itm, reduction='sum')
     fused = fuse_scores(sim, topk_idx, itm, score_fusion)
     return (fused, topk_idx, itm) if return_itm else fused
 
-def rank_naive(method, txt_emb, img_emb, k_test:int=128, score_fusion:str='itm') -> Tensor:
+def rank_naive(method, txt_emb, img_emb, k_test:int=128, score_fusion:str='itm', itm_score:str='logit') -> Tensor:
     "Reference for `rank`: one query at a time, k pairs per itm_scores call (as the official code). Q×G."
     _check_k(k_test)
     sim = similarity(txt_emb, img_emb)                                                 # Q×G
@@ -218,7 +229,7 @@ def rank_naive(method, txt_emb, img_emb, k_test:int=128, score_fusion:str='itm')
         for q in range(len(sim)):
             top = sim[q].topk(min(k_test, sim.shape[1])).indices                       # k
             k = len(top)
-            itm.append(method.itm_scores(tt[q].repeat(k, 1, 1), tm[q].repeat(k, 1), it[top], im[top]).float())
+            itm.append(_scored(method.itm_scores, tt[q].repeat(k, 1, 1), tm[q].repeat(k, 1), it[top], im[top], score=itm_score).float())
             idx.append(top)
     return fuse_scores(sim, torch.stack(idx), torch.stack(itm), score_fusion)
 
@@ -355,6 +366,7 @@ def evaluate(method,                  # a Method (the interface of `20_cmp`), on
              batch_size:int=64,       # images / captions per embedding call
              device='cpu',            # ignored under Accelerate (accelerator.device)
              score_fusion:str='itm',  # 'itm' | 'itm+itc'
+             itm_score:str='logit',   # 'logit' | 'probability' (`rank`)
              itm_batch:int=512,       # pairs per call of the cross encoder (`rank`)
              progress:bool=True,      # progress bars
              accelerator=None,        # HF Accelerator for sharded evaluation
@@ -372,11 +384,11 @@ def evaluate(method,                  # a Method (the interface of `20_cmp`), on
           else _given(img_emb, len(dataset.image_ids), 'img_emb', 'gallery images', device)
     txt = embed_queries(method, dataset.texts, tokenizer, max_len, batch_size, device, progress, accelerator) if txt_emb is None \
           else _given(txt_emb, len(dataset.texts), 'txt_emb', 'queries', device)
-    scores = rank(_unwrap(method, accelerator), txt, img, k_test, score_fusion, itm_batch, progress, accelerator)   # Q×G
+    scores = rank(_unwrap(method, accelerator), txt, img, k_test, score_fusion, itm_batch, progress, accelerator, itm_score=itm_score)   # Q×G
     ids = (dataset.text_image_ids, dataset.image_ids, dataset.text_kinds, dataset.text_person_ids, dataset.image_person_ids)
     out = split_metrics(scores, *ids)
     out['itc'] = split_metrics(similarity(txt, img), *ids)
-    return dict(out, k_test=k_test, score_fusion=score_fusion, n_queries=len(dataset.texts),
+    return dict(out, k_test=k_test, score_fusion=score_fusion, itm_score=itm_score, n_queries=len(dataset.texts),
                 n_gallery=len(dataset.image_ids), seconds=round(time.time() - t0, 3))
 
 # %% ../../nbs/30_retrieval.ipynb #9eb7c49c

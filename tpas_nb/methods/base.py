@@ -20,9 +20,9 @@ from ..objectives import (itc_similarity, info_nce, sample_itm_negatives, build_
                                 mask_tokens, mlm_loss, gather_with_grad, process_rows)
 
 # %% auto #0
-__all__ = ['REGULARISERS', 'METHODS', 'Regulariser', 'register_regulariser', 'MethodConfig', 'ImageEmbedding', 'TextEmbedding',
-           'TokenIds', 'pad_to', 'Encoded', 'Report', 'Method', 'register', 'method_switches', 'all_switches',
-           'build_method']
+__all__ = ['REGULARISERS', 'ITM_SCORES', 'METHODS', 'Regulariser', 'register_regulariser', 'MethodConfig', 'ImageEmbedding',
+           'TextEmbedding', 'TokenIds', 'pad_to', 'Encoded', 'Report', 'Method', 'match_score', 'register',
+           'method_switches', 'all_switches', 'build_method']
 
 # %% ../../nbs/20_base.ipynb #c0a9ef14
 class Regulariser(NamedTuple):
@@ -180,6 +180,10 @@ class Method(nn.Module):
     def weights(self) -> dict:
         "The loss weights of the total: the config's, and each plug-in regulariser's λ."
         return {**self.cfg.weights, **{name: r.weight for name, r in self.regularisers.items()}}
+
+    def after_checkpoint(self) -> set[int]:
+        "Called once the backbone holds a pretrained checkpoint: copy into the method's own layers what starts from it; their parameter ids."
+        return set()
 
     # -- encoding: the hooks a method may override -------------------------------------------------
     def image_tokens(self, image: Tensor, pose: Tensor | None = None) -> Tensor:
@@ -341,9 +345,10 @@ class Method(nn.Module):
         return TextEmbedding(self.text_feature(txt, mask), self.itm_text_tokens(txt, mask), mask)
 
     @torch.no_grad()
-    def itm_scores(self, txt_tokens: Tensor, txt_mask: Tensor, img_tokens: Tensor, img_mask: Tensor | None = None) -> Tensor:
-        "ITM logit of 'match' for N (text, image) pairs -> N."
-        return self.itm_logits(txt_tokens, txt_mask, img_tokens, img_mask)[:, 1]
+    def itm_scores(self, txt_tokens: Tensor, txt_mask: Tensor, img_tokens: Tensor, img_mask: Tensor | None = None,
+                   score: str = 'logit') -> Tensor:
+        "The re-ranking score of 'match' (`match_score`: logit or probability) for N (text, image) pairs -> N."
+        return match_score(self.itm_logits(txt_tokens, txt_mask, img_tokens, img_mask), score)
 
 # %% ../../nbs/20_base.ipynb #8df45f67
 @patch
@@ -353,6 +358,18 @@ def ranking_scores(self: Method,
                   ) -> Tensor:         # Q×G the scores the method ranks by
     "The scores the method ranks by, from the evaluator's similarity (here the same)."
     return sim
+
+# %% ../../nbs/20_base.ipynb #56ec47d1
+ITM_SCORES = ('logit', 'probability')   # valid re-ranking scores of 'match' (`match_score`)
+
+def match_score(logits: Tensor,        # …×2 ITM logits (no match, match)
+                score: str = 'logit',  # 'logit': l_1 (official codes); 'probability': softmax(l)_1 = σ(l_1 − l_0) (CMP's text)
+               ) -> Tensor:            # … the score of 'match'
+    "The score of 'match' the re-ranker orders by, from the two ITM logits."
+    if logits.shape[-1] != 2: raise ValueError(f"match_score: expected …×2 ITM logits, got {tuple(logits.shape)}")
+    if score == 'logit': return logits[..., 1]
+    if score == 'probability': return logits.float().softmax(-1)[..., 1]
+    raise ValueError(f"unknown itm_score {score!r}; valid: {ITM_SCORES}")
 
 # %% ../../nbs/20_base.ipynb #9edf03a0
 from ..models.encoders import CrossKV
@@ -373,9 +390,10 @@ def itm_scores_cached(self: Method,
                       txt_mask: Tensor,    # n×L
                       gallery: CrossKV,    # `itm_gallery` of the gallery
                       idx: Tensor,         # n×k gallery indices of each query's candidates
-                     ) -> Tensor:          # n×k ITM logits of 'match': `itm_scores` of those pairs
-    "ITM logit of 'match' of each query with its k candidates, the image side read from `gallery`."
-    return self.backbone.itm_logits_cached(txt_tokens, txt_mask, gallery.gather(idx))[..., 1]
+                      score: str = 'logit',# 'logit' | 'probability' (`match_score`)
+                     ) -> Tensor:          # n×k scores of 'match': `itm_scores` of those pairs
+    "The re-ranking score of 'match' of each query with its k candidates, the image side read from `gallery`."
+    return match_score(self.backbone.itm_logits_cached(txt_tokens, txt_mask, gallery.gather(idx)), score)
 
 # %% ../../nbs/20_base.ipynb #df93b197
 METHODS: dict[str, tuple] = {}   # name -> (class, config class, default switches)

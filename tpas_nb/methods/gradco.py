@@ -4,7 +4,7 @@
 
 # %% ../../nbs/24_gradco.ipynb #fc7fdfb6
 from __future__ import annotations
-import math
+import copy, math
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
@@ -14,14 +14,14 @@ from torch import nn, Tensor
 from fastcore.basics import patch
 
 from ..config import BackboneConfig
-from ..models.encoders import init_bert_weights, masked_mean
-from .base import Method, MethodConfig, TokenIds, Encoded, Report, register
+from ..models.encoders import init_bert_weights, masked_mean, pool_image, pool_text
+from .base import Method, MethodConfig, TokenIds, Encoded, Report, register, match_score
 from .col import OffloadAnchor, offloaded_similarity, direction_diversity
 from ..objectives import sample_itm_negatives
 
 # %% auto #0
-__all__ = ['STREAMS', 'POOLS', 'GRADCO_ARMS', 'GradCOConfig', 'SubExpert', 'StreamOutput', 'pool_tokens', 'ExpertStream',
-           'BehaviourMoE', 'HIAScores', 'aggregate_tokens', 'hia_text_feature', 'hia_image_feature',
+__all__ = ['STREAMS', 'POOLS', 'GRADCO_ARMS', 'GradCOConfig', 'SubExpert', 'StreamOutput', 'pool_tokens', 'BackboneHead',
+           'ExpertStream', 'BehaviourMoE', 'HIAScores', 'aggregate_tokens', 'hia_text_feature', 'hia_image_feature',
            'hia_weights_from_feature', 'pack_text_tokens', 'unpack_text_tokens', 'hia_image_tokens', 'hia_text_tokens',
            'GradCOEncoded', 'GradCO']
 
@@ -35,6 +35,8 @@ class GradCOConfig(MethodConfig):
     num_experts: int = 4            # K sub-experts per stream (paper: 4)
     expert_ratio: float = 0.5       # hidden width of a sub-expert MLP, as a fraction of D (our reading)
     text_pool: str = 'cls'          # pool(·) of the text streams: 'cls' (our reading of the paper) or 'cls_avg' ([AVG(real tokens); CLS], as the backbone's global feature)
+    top_gate_scale: bool = False     # U_s = R·w_top,s H_s, so that a uniform top gate keeps the encoder's scale; False (our reading of the paper): U_s = w_top,s H_s
+    stream_heads: str = 'pretrained' # pool(·) and Proj_s of every stream: 'pretrained' (the backbone's pooling, its checkpoint's projection copied) or 'fresh' (text_pool / image mean, a new Linear)
     image_experts: bool = True      # B-MoE on the image side (D#4: off; the streams share the backbone's image feature)
     text_experts: bool = True       # B-MoE on the text side (D#5: off)
     anchors: bool = True            # COL offload anchors (D#8: off, plain expert cosines)
@@ -66,6 +68,7 @@ class GradCOConfig(MethodConfig):
         if self.gamma < 0: raise ValueError(f"gamma must be >= 0, got {self.gamma}")
         if self.sigma <= 0: raise ValueError(f"sigma must be > 0, got {self.sigma}")
         if self.text_pool not in ('cls', 'cls_avg'): raise ValueError(f"text_pool must be 'cls' or 'cls_avg', got {self.text_pool!r}")
+        if self.stream_heads not in ('pretrained', 'fresh'): raise ValueError(f"stream_heads must be 'pretrained' or 'fresh', got {self.stream_heads!r}")
         if self.loss_weights.get('dir') not in (None, self.gamma):
             raise ValueError(f"loss_weights['dir']={self.loss_weights['dir']} but gamma={self.gamma}: set the weight of L_dir with gamma")
         return self
@@ -101,14 +104,33 @@ def pool_tokens(x: Tensor,               # B×N×D tokens ([CLS], or the image's
         return torch.cat([rest, x[:, 0]], -1)
     raise ValueError(f"unknown pool {pool!r}; valid: {sorted(POOLS)}")
 
+class BackboneHead(nn.Module):
+    "pool(·) and Proj_s of a stream as the backbone's global feature: its pooling and a copy of its projection (and attention pool)."
+    def __init__(self, backbone, side: str):   # a Backbone (10_encoders); 'image' or 'text'
+        super().__init__()
+        if side not in ('image', 'text'): raise ValueError(f"side must be 'image' or 'text', got {side!r}")
+        self.side, self.global_pool = side, backbone.global_pool
+        self.proj = copy.deepcopy(backbone.vision_proj if side == 'image' else backbone.text_proj)
+        self.attention = copy.deepcopy(backbone.text_pool) if side == 'text' and backbone.text_pool is not None else None
+
+    def load_from(self, backbone):
+        "Copy the backbone's (pretrained) head into this one."
+        self.proj.load_state_dict((backbone.vision_proj if self.side == 'image' else backbone.text_proj).state_dict())
+        if self.attention is not None: self.attention.load_state_dict(backbone.text_pool.state_dict())
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:   # B×N×D tokens (B×N mask) -> B×E, not normalised
+        if self.side == 'image': return self.proj(pool_image(x, self.global_pool))
+        return self.proj(pool_text(x, mask, self.global_pool, self.attention))
+
 class ExpertStream(nn.Module):
-    "One stream of one modality: K sub-experts, the sub-gate G_s and the projection Proj_s."
-    def __init__(self, width: int, embed_dim: int, num_experts: int, hidden: int, pooled_width: int | None = None):
+    "One stream of one modality: K sub-experts, the sub-gate G_s and the projection Proj_s (a fresh Linear, or a `BackboneHead`)."
+    def __init__(self, width: int, embed_dim: int, num_experts: int, hidden: int, pooled_width: int | None = None,
+                 head: BackboneHead | None = None):   # pool(·) and Proj_s as the backbone's (copied); None: pool_tokens and a new Linear
         super().__init__()
         pooled_width = pooled_width or width                                       # width of pool(·)
         self.experts = nn.ModuleList(SubExpert(width, hidden) for _ in range(num_experts))
         self.gate = nn.Linear(pooled_width, num_experts) if num_experts > 1 else None   # one expert needs no gate
-        self.proj = nn.Linear(pooled_width, embed_dim)
+        self.proj = nn.Linear(pooled_width, embed_dim) if head is None else copy.deepcopy(head)
 
     def forward(self, x: Tensor,       # B×N×D encoder tokens H
                 pooled: Tensor,        # B×D pool(H) (B×2D for 'cls_avg')
@@ -119,11 +141,13 @@ class ExpertStream(nn.Module):
 
 class BehaviourMoE(nn.Module):
     "B-MoE of one modality: R streams of K gated sub-experts, a top gate over the streams, one feature per stream."
-    def __init__(self, streams: tuple, width: int, embed_dim: int, num_experts: int = 4, expert_ratio: float = 0.5, pool: str = 'cls'):
+    def __init__(self, streams: tuple, width: int, embed_dim: int, num_experts: int = 4, expert_ratio: float = 0.5, pool: str = 'cls',
+                 head: BackboneHead | None = None,    # every stream's pool(·) and Proj_s: a copy of it (`warm_start`); None: `pool` and a new Linear
+                 top_scale: float = 1.0):              # U_s = top_scale · w_top,s H_s (R: a uniform gate keeps H's scale)
         super().__init__()
         if pool not in POOLS: raise ValueError(f"unknown pool {pool!r}; valid: {sorted(POOLS)}")
-        self.pool, pw = pool, POOLS[pool] * width
-        self.streams = nn.ModuleDict({s: ExpertStream(width, embed_dim, num_experts, max(1, round(expert_ratio * width)), pw) for s in streams})
+        self.pool, pw, self.top_scale = pool, POOLS[pool] * width, top_scale
+        self.streams = nn.ModuleDict({s: ExpertStream(width, embed_dim, num_experts, max(1, round(expert_ratio * width)), pw, head) for s in streams})
         self.top_gate = nn.Linear(pw, len(streams)) if len(streams) > 1 else None
         init_bert_weights(self)
 
@@ -134,9 +158,16 @@ class BehaviourMoE(nn.Module):
         pooled = pool_tokens(x, self.pool, mask)                                   # B×D
         top = self.top_gate(pooled).softmax(-1) if self.top_gate is not None else x.new_ones(x.shape[0], 1)   # B×R
         hs, subs = zip(*(st(x, pooled) for st in self.streams.values()))
-        U = torch.stack(hs, 1) * top[:, :, None, None]                             # B×R×N×D
-        feats = torch.stack([st.proj(pool_tokens(U[:, r], self.pool, mask)) for r, st in enumerate(self.streams.values())], 1)   # B×R×E
+        U = torch.stack(hs, 1) * (self.top_scale * top)[:, :, None, None]         # B×R×N×D
+        feats = torch.stack([st.proj(U[:, r], mask) if isinstance(st.proj, BackboneHead) else st.proj(pool_tokens(U[:, r], self.pool, mask))
+                             for r, st in enumerate(self.streams.values())], 1)                      # B×R×E
         return StreamOutput(U, F.normalize(feats, dim=-1), top, torch.stack(subs, 1))
+
+    def warm_start(self, backbone) -> set[int]:
+        "Copy the backbone's pretrained global head into every stream's `BackboneHead`; the ids of the parameters set."
+        heads = [st.proj for st in self.streams.values() if isinstance(st.proj, BackboneHead)]
+        for h in heads: h.load_from(backbone)
+        return {id(p) for h in heads for p in h.parameters()}
 
 # %% ../../nbs/24_gradco.ipynb #cb3d4682
 class HIAScores(NamedTuple):
@@ -206,9 +237,11 @@ class GradCO(Method):
         super().__init__(backbone_cfg, tokens, cfg or GradCOConfig(), regularisers)
         cfg, bb = self.cfg, self.backbone
         R, E = len(cfg.streams), cfg.embed_dim or backbone_cfg.embed_dim
-        moe = dict(streams=cfg.streams, embed_dim=E, num_experts=cfg.num_experts, expert_ratio=cfg.expert_ratio)
-        self.image_moe = BehaviourMoE(width=bb.vision_width, pool='mean', **moe) if cfg.image_experts else None
-        self.text_moe = BehaviourMoE(width=bb.text_width, pool=cfg.text_pool, **moe) if cfg.text_experts else None
+        moe = dict(streams=cfg.streams, embed_dim=E, num_experts=cfg.num_experts, expert_ratio=cfg.expert_ratio,
+                   top_scale=float(R) if cfg.top_gate_scale else 1.0)
+        head = lambda side: BackboneHead(bb, side) if cfg.stream_heads == 'pretrained' else None
+        self.image_moe = BehaviourMoE(width=bb.vision_width, pool='mean', head=head('image'), **moe) if cfg.image_experts else None
+        self.text_moe = BehaviourMoE(width=bb.text_width, pool=cfg.text_pool, head=head('text'), **moe) if cfg.text_experts else None
         self.anchors = nn.ModuleDict({s: OffloadAnchor(E, bb.vision_width, cfg.anchor_heads, cfg.anchor_mlp_ratio)
                                       for s in cfg.streams}) if cfg.anchors else None
         self.intent_gate = nn.Linear(R * E, R) if cfg.hia_intent and R > 1 else None     # G^T_H
@@ -218,6 +251,10 @@ class GradCO(Method):
             bb.text_proj.requires_grad_(False)
             if bb.text_pool is not None: bb.text_pool.requires_grad_(False)
         self.num_streams = R
+
+    def after_checkpoint(self) -> set[int]:
+        "stream_heads='pretrained': every stream's Proj_s (and text attention pool) starts as the loaded backbone's head; their ids."
+        return set().union(*(moe.warm_start(self.backbone) for moe in (self.image_moe, self.text_moe) if moe is not None))
 
     # -- (a) B-MoE ---------------------------------------------------------------------------------
     def image_streams(self, img: Tensor) -> StreamOutput:
@@ -295,9 +332,9 @@ class GradCO(Method):
         return enc.hia.scores.t()
 
     def itm_negatives(self, enc: GradCOEncoded, idx: Tensor, temp: Tensor) -> tuple[Tensor, Tensor]:
-        "Our reading: drawn from S_final (this process's block) at the learnt τ (itm_neg_temp does not apply); D#11: X-VLM's draw on the retrieval features."
+        "Our reading: drawn ∝ softmax(S_final/τ') from this process's block (τ' = itm_neg_temp, or the learnt τ); D#11: X-VLM's draw on the retrieval features."
         if not self.cfg.hia_agg_feat: return super().itm_negatives(enc, idx, temp)
-        return sample_itm_negatives(self.local(self.contrastive_scores(enc), (0, 1)), idx, temp)
+        return sample_itm_negatives(self.local(self.contrastive_scores(enc), (0, 1)), idx, self.cfg.itm_neg_temp or temp)
 
     def extra_losses(self, batch: dict, enc: GradCOEncoded) -> dict:
         "L_dir, averaged over the streams (with the anchors on)."
@@ -372,6 +409,7 @@ def ranking_scores(self: GradCO, sim: Tensor, txt_feat: Tensor) -> Tensor:
 # %% ../../nbs/24_gradco.ipynb #d4898b19
 GRADCO_ARMS: dict[str, dict] = {
     'full': {},
+    'full (fresh heads)': dict(stream_heads='fresh', top_gate_scale=False),   # the reading before the checkpoint-aware start (below)
     'D#1': dict(streams=('norm', 'anom')), 'D#2': dict(streams=('app', 'anom')), 'D#3': dict(streams=('app', 'norm')),
     'D#4': dict(image_experts=False), 'D#5': dict(text_experts=False), 'D#6': dict(image_experts=False, text_experts=False),
     'D#7': dict(gamma=0.0), 'D#8': dict(anchors=False),
@@ -396,10 +434,10 @@ def itm_gallery(self: GradCO, img_tokens: Tensor, img_mask: Tensor | None = None
 
 @patch
 @torch.no_grad()
-def itm_scores_cached(self: GradCO, txt_tokens: Tensor, txt_mask: Tensor, gallery: CrossKV, idx: Tensor) -> Tensor:
-    "n×k ITM logits; each candidate's stream keys and values mixed with its query's weights, Σ_r w_r K(U^I_r) (D#11: the base's)."
-    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_scores_cached(txt_tokens, txt_mask, gallery, idx)
+def itm_scores_cached(self: GradCO, txt_tokens: Tensor, txt_mask: Tensor, gallery: CrossKV, idx: Tensor, score: str = 'logit') -> Tensor:
+    "n×k scores of 'match' (`match_score`); each candidate's stream keys and values mixed with its query's weights, Σ_r w_r K(U^I_r) (D#11: the base's)."
+    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_scores_cached(txt_tokens, txt_mask, gallery, idx, score)
     txt, w = unpack_text_tokens(txt_tokens, self.backbone.text_width)                           # n×L×D_T, n×R
     cand = gallery.gather(idx)                                                                   # kv C×2×H×n×k×R'×P×d
     kv = cand.kv[:, :, :, :, :, 0] if cand.kv.shape[5] == 1 else torch.einsum('cshnkrpd,nr->cshnkpd', cand.kv, w)
-    return self.backbone.itm_logits_cached(txt, txt_mask, CrossKV(kv, cand.mask))[..., 1]
+    return match_score(self.backbone.itm_logits_cached(txt, txt_mask, CrossKV(kv, cand.mask)), score)
