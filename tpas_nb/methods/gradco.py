@@ -409,7 +409,7 @@ def ranking_scores(self: GradCO, sim: Tensor, txt_feat: Tensor) -> Tensor:
 # %% ../../nbs/24_gradco.ipynb #d4898b19
 GRADCO_ARMS: dict[str, dict] = {
     'full': {},
-    'full (fresh heads)': dict(stream_heads='fresh', top_gate_scale=False),   # the reading before the checkpoint-aware start (below)
+    'full (fresh heads)': dict(stream_heads='fresh', itm_neg_temp=0.0),   # before the two changes measured below: fresh heads, ITM negatives at the learnt τ
     'D#1': dict(streams=('norm', 'anom')), 'D#2': dict(streams=('app', 'anom')), 'D#3': dict(streams=('app', 'norm')),
     'D#4': dict(image_experts=False), 'D#5': dict(text_experts=False), 'D#6': dict(image_experts=False, text_experts=False),
     'D#7': dict(gamma=0.0), 'D#8': dict(anchors=False),
