@@ -88,7 +88,7 @@ DECIMALS = {'diag_V_L': 3, 'diag_margin': 3, 'diag_mu_delta': 3}   # as the pape
 def metric_label(metric: str) -> str:
     "A short header for a collect() column: 'test_normal_R1' -> 'normal R@1', 'ucc_mAP' -> 'UCC mAP'."
     special = {'params_M': 'params (M)', 'train_s_per_step': 'train s / step', 'train_wall_s': 'train s', 'steps': 'steps',
-               'diag_r_conf': 'r_conf (%)', 'diag_V_L': 'V_L', 'diag_margin': 'm', 'diag_mu_delta': 'μ_Δ'}
+               'diag_r_conf': 'r_conf (%)', 'diag_r_conf_random': 'r_conf, random batches (%)', 'diag_V_L': 'V_L', 'diag_margin': 'm', 'diag_mu_delta': 'μ_Δ'}
     if metric in special: return special[metric]
     split, *rest = metric.split('_')
     names = {'R1': 'R@1', 'R5': 'R@5', 'R10': 'R@10', 'Ravg': 'R-Avg'}
