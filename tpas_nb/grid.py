@@ -39,7 +39,7 @@ GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper print
 }
 
 # %% ../nbs/41_grid.ipynb #82239887
-GRID_BUDGET: dict = PROFILES['cpu']   # RunConfig fields shared by every run of every grid: the CPU profile (00_config)
+GRID_BUDGET: dict = {**PROFILES['cpu'], 'k_test': 32}   # RunConfig fields shared by every run of every grid: the CPU profile (00_config), re-ranking the top 32
 GRID_FIELDS = ('method', 'seed', 'out_dir')   # set by the grid, never by the budget
 
 # %% ../nbs/41_grid.ipynb #32fdafb1
