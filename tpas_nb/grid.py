@@ -19,10 +19,10 @@ from .methods.qcalign import QCT_ARMS
 from .methods.gradco import GRADCO_ARMS
 
 # %% auto #0
-__all__ = ['GRIDS', 'GRID_BUDGET', 'GRID_FIELDS', 'RUN_STATES', 'DIAGNOSE_GRIDS', 'METRICS', 'DIAGNOSTICS', 'arm_slug',
-           'arm_from_slug', 'run_dir', 'run_state', 'merge', 'grid_arms', 'grid_config', 'same_config', 'grid_status',
-           'find_same_run', 'diagnose_grid', 'run_grid', 'flatten_metrics', 'collect', 'summarise', 'paired_delta',
-           'parse_sets', 'grid_cli']
+__all__ = ['GRIDS', 'GRID_BUDGET', 'GRID_FIELDS', 'RUN_STATES', 'DIAGNOSE_GRIDS', 'METRICS', 'DIAGNOSTICS', 'RECORD_FILES',
+           'arm_slug', 'arm_from_slug', 'run_dir', 'run_state', 'merge', 'grid_arms', 'grid_config', 'same_config',
+           'grid_status', 'find_same_run', 'diagnose_grid', 'run_grid', 'flatten_metrics', 'collect', 'summarise',
+           'paired_delta', 'check_records', 'parse_sets', 'grid_cli']
 
 # %% ../nbs/41_grid.ipynb #0ef3bcd0
 GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper prints it) -> (method, switches[, RunConfig overrides])
@@ -331,6 +331,42 @@ def paired_delta(df: pd.DataFrame,       # rows of collect() (one grid)
     return pd.DataFrame.from_dict(rows, orient='index', columns=['n', 'base', 'arm', 'mean_delta', 'std_delta', 'wins', 'p'])
 
 
+# %% ../nbs/41_grid.ipynb #6da66fb1
+RECORD_FILES = ('grid.json', 'config.yaml', 'metrics.json', 'diagnostics.json', 'log.jsonl')   # what git keeps of a grid run (.gitignore); weights and optimiser state stay local
+
+def _flat(d: dict, prefix: str = '') -> dict:
+    "{'optim': {'lr': 1}} -> {'optim.lr': 1}."
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v: out.update(_flat(v, f'{prefix}{k}.'))
+        else: out[f'{prefix}{k}'] = v
+    return out
+
+def check_records(root='runs/grid',                 # the grids' root
+                  grids=None,                       # grid names (default: every grid under root)
+                  overrides: dict | None = None,    # the --set overrides the runs were made with
+                 ) -> pd.DataFrame:                 # one row per finished run: grid, arm, seed, ok, problem
+    "Every finished run under `root` against what its grid would run now: same configuration apart from the folder, and a reused run's source present."
+    rows = []
+    for mf in sorted(Path(root).glob('*/*/seed*/metrics.json')):
+        f = mf.parent; grid = f.parent.parent.name
+        if grids is not None and grid not in grids: continue
+        info = json.loads((f / 'grid.json').read_text()) if (f / 'grid.json').exists() else {}
+        arm, seed, problems = info.get('arm') or arm_from_slug(grid, f.parent.name), int(f.name[4:]), []
+        if arm not in GRIDS.get(grid, {}): problems.append(f'{arm!r} is not an arm of grid {grid!r}')
+        elif not (f / 'config.yaml').exists(): problems.append('no config.yaml')
+        else:
+            now = _flat({k: v for k, v in to_dict(grid_config(grid, arm, seed, root, overrides)).items() if k != 'out_dir'})
+            try: then = _flat({k: v for k, v in to_dict(load_config(f / 'config.yaml')).items() if k != 'out_dir'})
+            except ValueError as e: then, _ = {}, problems.append(f'config.yaml no longer loads: {e}')
+            diff = sorted(k for k in set(now) | set(then) if then and now.get(k, '<absent>') != then.get(k, '<absent>'))
+            if diff: problems.append('configuration differs: ' + ', '.join(f'{k} {then.get(k, "<absent>")!r} -> {now.get(k, "<absent>")!r}' for k in diff))
+        if info.get('reused_from'):
+            src = Path(root).joinpath(*Path(info['reused_from']).parts[-3:])
+            if not (src / 'metrics.json').exists(): problems.append(f"reused from {info['reused_from']}, which is not under {root}")
+        rows.append(dict(grid=grid, arm=arm, seed=seed, ok=not problems, problem='; '.join(problems)))
+    return _order(pd.DataFrame(rows, columns=['grid', 'arm', 'seed', 'ok', 'problem']))
+
 # %% ../nbs/41_grid.ipynb #9959d513
 def parse_sets(items: list[str]) -> dict:
     "['optim.lr=1e-3', 'epochs=4'] -> {'optim': {'lr': 0.001}, 'epochs': 4} (values read as YAML; numbers like 1e-3 too)."
@@ -357,6 +393,7 @@ def grid_cli(argv=None):
     ap.add_argument('--arms', nargs='+', default=None, help='arm labels or slugs (default: all)')
     ap.add_argument('--dry-run', action='store_true', help='show what would run')
     ap.add_argument('--status', action='store_true', help='show the state of every run and exit')
+    ap.add_argument('--check', action='store_true', help="compare the finished runs with the grid's configuration now and exit (1 if any is stale)")
     ap.add_argument('--diagnose', action='store_true', help='write diagnostics.json for finished runs that lack one, and exit')
     ap.add_argument('--no-reuse', action='store_true', help='train even when an identical run exists under ROOT')
     ap.add_argument('--set', action='append', default=[], metavar='KEY=VALUE', help='override GRID_BUDGET, e.g. epochs=4, optim.lr=1e-3')
@@ -370,6 +407,11 @@ def grid_cli(argv=None):
         if a.status:
             print(grid_status(a.root, a.grid, arms=arms).drop(columns='run_dir').to_string(index=False)); return
         if a.diagnose: diagnose_grid(a.grid, a.root, a.seeds, arms); return
+        if a.check:
+            recs = check_records(a.root, [a.grid], overrides)
+            print(recs.to_string(index=False) if len(recs) else f'no finished runs of {a.grid} under {a.root}')
+            if not recs.ok.all(): sys.exit(1)
+            return
         df = run_grid(a.grid, seeds=a.seeds, root=a.root, arms=arms, dry_run=a.dry_run, overrides=overrides,
                       progress=sys.stderr.isatty(), reuse=not a.no_reuse)
         if a.dry_run: print(df[['arm', 'seed', 'before', 'action', 'run_dir']].to_string(index=False))
