@@ -95,8 +95,11 @@ def grid_config(grid: str, arm: str, seed: int, root='runs/grid', overrides: dic
                                  'out_dir': str(run_dir(root, grid, arm, seed))})
 
 def same_config(a: RunConfig, b: RunConfig) -> bool:
-    "Whether two runs have the same configuration apart from their folder."
-    strip = lambda c: {k: v for k, v in to_dict(c).items() if k != 'out_dir'}
+    "Whether two runs train the same model: the same configuration apart from their folder, the method's switches compared by what they build (`method_key`)."
+    from tpas_nb.methods import method_key
+    def strip(c):
+        d = {k: v for k, v in to_dict(c).items() if k != 'out_dir'}
+        return {**d, 'method_args': method_key(c.method, **c.method_args)}
     return strip(a) == strip(b)
 
 # %% ../nbs/41_grid.ipynb #56d89781

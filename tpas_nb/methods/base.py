@@ -4,7 +4,7 @@
 
 # %% ../../nbs/20_base.ipynb #782f97ea
 from __future__ import annotations
-import dataclasses
+import copy, dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Callable, NamedTuple
 
@@ -22,7 +22,7 @@ from ..objectives import (itc_similarity, info_nce, sample_itm_negatives, build_
 # %% auto #0
 __all__ = ['REGULARISERS', 'ITM_SCORES', 'METHODS', 'Regulariser', 'register_regulariser', 'MethodConfig', 'ImageEmbedding',
            'TextEmbedding', 'TokenIds', 'pad_to', 'Encoded', 'Report', 'Method', 'match_score', 'register',
-           'method_switches', 'all_switches', 'build_method']
+           'method_switches', 'method_key', 'all_switches', 'build_method']
 
 # %% ../../nbs/20_base.ipynb #c0a9ef14
 class Regulariser(NamedTuple):
@@ -88,6 +88,10 @@ class MethodConfig:
         if not 0 < self.mlm_prob <= 1: raise ValueError(f"mlm_prob must be in (0, 1], got {self.mlm_prob}")
         if not self.pose_heads >= 0: raise ValueError(f"pose_heads must be >= 0 (0: the preset's), got {self.pose_heads}")
         return self
+
+    def model_key(self) -> dict:
+        "The switches as they decide the model: equal keys train the same model from the same seed (a subclass maps what only names things to one value)."
+        return {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}
 
 # %% ../../nbs/20_base.ipynb #3375e815
 class ImageEmbedding(NamedTuple):
@@ -417,6 +421,16 @@ def method_switches(name: str) -> dict:
         if clash: raise ValueError(f"the switches {sorted(clash)} of regulariser {reg!r} clash with method {name!r}'s")
         out.update(_defaults(reg_cls))
     return out
+
+def method_key(name: str, **switches) -> dict:
+    "What decides the model `build_method(name, **switches)` trains: the config's `model_key()` and the plug-ins' switches; equal keys, the same run from the same seed."
+    valid = method_switches(name)
+    unknown = sorted(set(switches) - set(valid))
+    if unknown: raise ValueError(f"unknown switch(es) {unknown} for method {name!r}; valid switches: {list(valid)}")
+    _, cfg_cls, _ = METHODS[name]
+    switches = {**valid, **switches}
+    key = cfg_cls(**{f.name: switches[f.name] for f in fields(cfg_cls)}).check().model_key()
+    return {**{k: v for k, v in switches.items() if k not in key}, **key}
 
 def all_switches() -> dict[str, dict]:
     "Every switch of every registered method -> {method: its default there}, in the order of the methods' configs."

@@ -73,6 +73,10 @@ class GradCOConfig(MethodConfig):
             raise ValueError(f"loss_weights['dir']={self.loss_weights['dir']} but gamma={self.gamma}: set the weight of L_dir with gamma")
         return self
 
+    def model_key(self) -> dict:
+        "The streams have no input, label or loss of their own (they are exchangeable): only their number decides the model (D#1 = D#2 = D#3, below)."
+        return {**super().model_key(), 'streams': len(self.streams)}
+
 # %% ../../nbs/24_gradco.ipynb #1239098b
 class SubExpert(nn.Module):
     "E^k_s: a token-wise MLP with a residual connection."
