@@ -78,7 +78,8 @@ MEASURES: dict[tuple[str, str], str] = {   # (paper, table) -> what the grid mea
     ('GradCO', 'Table 6'): "Grid 'gradco', split test, the normal and anomaly query subsets of metrics.json.",
     ('GradCO', 'Table 7'): "Grid 'gradco' (full, D#7 = γ 0, D#8 = no anchors): `diagnose_run` (31_diagnostics) after each run; r_conf "
                            "on counterpart batches of the training split, V_L over the last 100 logged steps, m on test.",
-    ('GradCO', 'Figs. 3-4 (text)'): "Grid 'gradco' (one arm per row), R-Avg on test and ucc (Multi-Weather-Avg: 91_benchmark).",
+    ('GradCO', 'Figs. 3-4 (text)'): "Grid 'gradco' (one arm per row), R-Avg on test and ucc (Multi-Weather-Avg: 91_benchmark). "
+                                    "D#1, D#2 and D#3 are one model (exchangeable streams, 24_gradco): one run per seed, recorded for all three.",
 }
 
 # %% ../nbs/95_tables.ipynb #b6fa7aad
