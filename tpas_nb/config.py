@@ -11,9 +11,9 @@ import yaml
 
 # %% auto #0
 __all__ = ['PRESETS', 'PROFILE_SETTINGS', 'PROFILES', 'FLAT_ALIASES', 'SWITCHES', 'REQUIREMENTS', 'VisionConfig', 'TextConfig',
-           'BackboneConfig', 'get_preset', 'DataConfig', 'OptimConfig', 'RunConfig', 'to_dict', 'from_dict',
-           'save_config', 'load_config', 'profile_fields', 'profile_table', 'register_switches', 'flat_path',
-           'flat_value', 'from_flat', 'progress', 'check_requirements']
+           'BackboneConfig', 'get_preset', 'DataConfig', 'OptimConfig', 'RunConfig', 'to_dict', 'config_diff',
+           'from_dict', 'save_config', 'load_config', 'profile_fields', 'profile_table', 'register_switches',
+           'flat_path', 'flat_value', 'from_flat', 'progress', 'check_requirements']
 
 # %% ../nbs/00_config.ipynb #55b62538
 @dataclass
@@ -158,6 +158,17 @@ def to_dict(cfg) -> dict:
         if isinstance(v, dict): return {k: plain(x) for k, x in v.items()}
         return v
     return plain(cfg)
+
+def config_diff(old, new, ignore=()) -> dict:
+    "Fields that differ between two configs, by dotted name ('optim.lr'; `method_args` as one value) -> (old, new); names in `ignore` left out."
+    def flat(d, prefix=''):
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, dict) and k != 'method_args': out.update(flat(v, f'{prefix}{k}.'))
+            else: out[f'{prefix}{k}'] = v
+        return out
+    a, b = flat(to_dict(old)), flat(to_dict(new))
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k) and k not in ignore}
 
 def from_dict(cls, d: dict, where: str = ''):
     "Build dataclass `cls` from a nested dict, rejecting unknown keys."

@@ -13,7 +13,8 @@ import pandas as pd
 import scipy.stats
 import yaml
 
-from .config import RunConfig, PROFILES, from_dict, to_dict, load_config
+from .config import RunConfig, PROFILES, from_dict, to_dict, load_config, config_diff
+from .methods import method_key
 from .methods.seda import ABLATION_ROWS
 from .methods.qcalign import QCT_ARMS
 from .methods.gradco import GRADCO_ARMS
@@ -96,7 +97,6 @@ def grid_config(grid: str, arm: str, seed: int, root='runs/grid', overrides: dic
 
 def same_config(a: RunConfig, b: RunConfig) -> bool:
     "Whether two runs train the same model: the same configuration apart from their folder, the method's switches compared by what they build (`method_key`)."
-    from tpas_nb.methods import method_key
     def strip(c):
         d = {k: v for k, v in to_dict(c).items() if k != 'out_dir'}
         return {**d, 'method_args': method_key(c.method, **c.method_args)}
@@ -337,14 +337,6 @@ def paired_delta(df: pd.DataFrame,       # rows of collect() (one grid)
 # %% ../nbs/41_grid.ipynb #6da66fb1
 RECORD_FILES = ('grid.json', 'config.yaml', 'metrics.json', 'diagnostics.json', 'log.jsonl')   # what git keeps of a grid run (.gitignore); weights and optimiser state stay local
 
-def _flat(d: dict, prefix: str = '') -> dict:
-    "{'optim': {'lr': 1}} -> {'optim.lr': 1}."
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v: out.update(_flat(v, f'{prefix}{k}.'))
-        else: out[f'{prefix}{k}'] = v
-    return out
-
 def check_records(root='runs/grid',                 # the grids' root
                   grids=None,                       # grid names (default: every grid under root)
                   overrides: dict | None = None,    # the --set overrides the runs were made with
@@ -359,11 +351,9 @@ def check_records(root='runs/grid',                 # the grids' root
         if arm not in GRIDS.get(grid, {}): problems.append(f'{arm!r} is not an arm of grid {grid!r}')
         elif not (f / 'config.yaml').exists(): problems.append('no config.yaml')
         else:
-            now = _flat({k: v for k, v in to_dict(grid_config(grid, arm, seed, root, overrides)).items() if k != 'out_dir'})
-            try: then = _flat({k: v for k, v in to_dict(load_config(f / 'config.yaml')).items() if k != 'out_dir'})
-            except ValueError as e: then, _ = {}, problems.append(f'config.yaml no longer loads: {e}')
-            diff = sorted(k for k in set(now) | set(then) if then and now.get(k, '<absent>') != then.get(k, '<absent>'))
-            if diff: problems.append('configuration differs: ' + ', '.join(f'{k} {then.get(k, "<absent>")!r} -> {now.get(k, "<absent>")!r}' for k in diff))
+            try: diff = config_diff(load_config(f / 'config.yaml'), grid_config(grid, arm, seed, root, overrides), ignore=('out_dir',))
+            except ValueError as e: diff = {}; problems.append(f'config.yaml no longer loads: {e}')
+            if diff: problems.append('configuration differs: ' + ', '.join(f'{k} {a!r} -> {b!r}' for k, (a, b) in diff.items()))
         if info.get('reused_from'):
             src = Path(root).joinpath(*Path(info['reused_from']).parts[-3:])
             if not (src / 'metrics.json').exists(): problems.append(f"reused from {info['reused_from']}, which is not under {root}")

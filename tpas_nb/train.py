@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from torch import nn, Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from .config import RunConfig, OptimConfig, BackboneConfig, get_preset, save_config, load_config, to_dict
+from .config import RunConfig, OptimConfig, BackboneConfig, get_preset, save_config, load_config, to_dict, config_diff
 from .runs import Run, atomic_write, file_digest, save_weights, load_weights, resolve_data_root, run_backbone
 from .eval.benchmark import evaluate_split
 from .methods.base import ITM_SCORES
@@ -168,13 +168,9 @@ def load_state(path) -> dict:
 RESUMABLE_CHANGES = ('device', 'mixed_precision', 'k_test', 'itm_score', 'eval_batch', 'val_every', 'checkpoint_every', 'out_dir',
                      'data.num_workers', 'data.cache_dir')   # may differ between a run and its resumption
 
-def _flat(d: dict, prefix: str = '') -> dict:
-    return {k2: v2 for k, v in d.items() for k2, v2 in (_flat(v, f'{prefix}{k}.').items() if isinstance(v, dict) and k != 'method_args' else [(f'{prefix}{k}', v)])}
-
 def config_changes(old: RunConfig, new: RunConfig) -> dict:
     "Fields that differ between two configs and matter for resuming: {name: (old, new)}."
-    a, b = _flat(to_dict(old)), _flat(to_dict(new))
-    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k) and k not in RESUMABLE_CHANGES}
+    return config_diff(old, new, ignore=RESUMABLE_CHANGES)
 
 def make_accelerator(config: RunConfig):
     "An Accelerator for `config.device` ('auto' | 'cpu' | 'cuda') and `mixed_precision` ('auto' = bf16 on GPUs); its DDP allows parameters without gradient."

@@ -422,13 +422,17 @@ def method_switches(name: str) -> dict:
         out.update(_defaults(reg_cls))
     return out
 
-def method_key(name: str, **switches) -> dict:
-    "What decides the model `build_method(name, **switches)` trains: the config's `model_key()` and the plug-ins' switches; equal keys, the same run from the same seed."
+def _checked_switches(name: str, switches: dict) -> dict:
+    "Every switch of method `name`: its default, overridden by `switches` (an unknown one is a ValueError listing the valid ones)."
     valid = method_switches(name)
     unknown = sorted(set(switches) - set(valid))
     if unknown: raise ValueError(f"unknown switch(es) {unknown} for method {name!r}; valid switches: {list(valid)}")
+    return {**valid, **switches}
+
+def method_key(name: str, **switches) -> dict:
+    "What decides the model `build_method(name, **switches)` trains: the config's `model_key()` and the plug-ins' switches; equal keys, the same run from the same seed."
+    switches = _checked_switches(name, switches)
     _, cfg_cls, _ = METHODS[name]
-    switches = {**valid, **switches}
     key = cfg_cls(**{f.name: switches[f.name] for f in fields(cfg_cls)}).check().model_key()
     return {**{k: v for k, v in switches.items() if k not in key}, **key}
 
@@ -441,9 +445,7 @@ def all_switches() -> dict[str, dict]:
 
 def build_method(name: str, preset: str | BackboneConfig = 'tiny', tokenizer=None, vocab_size: int | None = None, **switches) -> Method:
     "Build a registered method on a backbone preset (a name, or a `BackboneConfig` such as a run's `backbone.yaml`); `switches` override the method's config and the plug-ins'."
-    valid = method_switches(name)
-    unknown = sorted(set(switches) - set(valid))
-    if unknown: raise ValueError(f"unknown switch(es) {unknown} for method {name!r}; valid switches: {list(valid)}")
+    _checked_switches(name, switches)
     if tokenizer is not None: tokens = TokenIds.from_tokenizer(tokenizer)
     elif vocab_size: tokens = TokenIds(vocab_size)
     else: raise ValueError("build_method needs the tokenizer (or vocab_size for a SynthPAB-layout vocabulary)")
