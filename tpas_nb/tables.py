@@ -15,7 +15,8 @@ from .grid import GRIDS, METRICS, collect, summarise, paired_delta
 
 # %% auto #0
 __all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'paper_tables', 'table', 'metric_label',
-           'resolve_runs_root', 'beside', 'show_tables', 'paired', 'published_value', 'verdict', 'verdicts']
+           'resolve_runs_root', 'beside', 'show_tables', 'paired', 'published_value', 'verdict', 'verdicts',
+           'plot_rerank']
 
 # %% ../nbs/95_tables.ipynb #813401c8
 CSV_PATH = Path(tpas_nb.__file__).parent / 'paper_tables.csv'   # package data (MANIFEST.in)
@@ -235,3 +236,39 @@ def verdicts(measured: pd.DataFrame,       # collect() rows of one kind of data
                      'ITC-only Δ': '' if itc is None or pd.isna(itc.mean_delta) else f"{itc.mean_delta:+.2f}" + (f" ± {itc.std_delta:.2f}" if itc.n > 1 else ''),
                      'ITC-only p': np.nan if itc is None else itc.p})
     return pd.DataFrame(rows)
+
+# %% ../nbs/95_tables.ipynb #520496dc
+def plot_rerank(measured: pd.DataFrame,     # collect() rows of one kind of data
+                grids=None,                 # grid names (default: every grid in measured, in GRIDS' order)
+                width: float = 7.5):
+    "Per grid and arm, an arrow from ITC-alone R@1 to re-ranked R@1 (test split; mean ± std over seeds)."
+    import matplotlib.pyplot as plt
+    if measured.data.nunique() > 1: raise ValueError(f"runs on {sorted(measured.data.unique())}; pass one kind of data")
+    need = {'test_R1', 'test_itc_R1'} - set(measured.columns)
+    if need: raise ValueError(f"plot_rerank needs the columns {sorted(need)} of collect()")
+    m = measured.dropna(subset=['test_R1', 'test_itc_R1'])
+    grids = [g for g in (grids or GRIDS) if g in set(m.grid)]
+    if not grids: raise ValueError("no runs with both ITC-alone and re-ranked R@1")
+    stats = {}
+    for g in grids:
+        r = m[m.grid == g].groupby('arm', sort=False)[['test_itc_R1', 'test_R1']]
+        s = pd.concat([r.mean(), r.std().fillna(0.0).add_suffix('_sd')], axis=1).round(2)
+        s = s.loc[[a for a in GRIDS[g] if a in s.index]]
+        key = list(zip(s.test_itc_R1, s.test_R1))
+        s['label'] = [' = '.join(s.index[[k == kk for kk in key]]) for k in key]          # reused runs: one line
+        stats[g] = s.drop_duplicates('label')
+    fig, axs = plt.subplots(len(grids), 1, squeeze=False, figsize=(width, 0.6 + sum(0.24 * len(s) + 0.5 for s in stats.values())),
+                            gridspec_kw=dict(height_ratios=[len(s) + 1 for s in stats.values()]))
+    for ax, (g, s) in zip(axs[:, 0], stats.items()):
+        y = np.arange(len(s))[::-1]
+        x0, x1 = s.test_itc_R1.values, s.test_R1.values
+        for yi, a, b in zip(y, x0, x1):
+            ax.annotate('', (b, yi), (a, yi), arrowprops=dict(arrowstyle='->', color='0.55', lw=1, shrinkA=3, shrinkB=3))
+        ax.errorbar(x0, y, xerr=s.test_itc_R1_sd, fmt='o', mfc='white', color='C0', ms=5, lw=1, label='ITC alone')
+        ax.errorbar(x1, y, xerr=s.test_R1_sd, fmt='o', color='C1', ms=5, lw=1, label='re-ranked')
+        ax.set_yticks(y, s.label, fontsize=8); ax.set_ylim(-0.7, len(s) - 0.3)
+        ax.set_title(f"grid '{g}'", fontsize=9, loc='left'); ax.grid(axis='x', alpha=0.3)
+    axs[-1, 0].set_xlabel(f"test R@1 (%), {m.data.iloc[0]}, mean ± std over seeds")
+    axs[0, 0].legend(fontsize=8, loc='upper left')
+    fig.tight_layout()
+    return fig
