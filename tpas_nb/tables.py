@@ -16,7 +16,7 @@ from .grid import GRIDS, METRICS, collect, summarise, paired_delta
 # %% auto #0
 __all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'paper_tables', 'table', 'metric_label',
            'resolve_runs_root', 'beside', 'show_tables', 'paired', 'published_value', 'verdict', 'verdicts',
-           'plot_rerank']
+           'rerank_summary', 'plot_rerank']
 
 # %% ../nbs/95_tables.ipynb #813401c8
 CSV_PATH = Path(tpas_nb.__file__).parent / 'paper_tables.csv'   # package data (MANIFEST.in)
@@ -238,26 +238,36 @@ def verdicts(measured: pd.DataFrame,       # collect() rows of one kind of data
     return pd.DataFrame(rows)
 
 # %% ../nbs/95_tables.ipynb #520496dc
-def plot_rerank(measured: pd.DataFrame,     # collect() rows of one kind of data
-                grids=None,                 # grid names (default: every grid in measured, in GRIDS' order)
-                width: float = 7.5):
-    "Per grid and arm, an arrow from ITC-alone R@1 to re-ranked R@1 (test split; mean ± std over seeds)."
-    import matplotlib.pyplot as plt
+def rerank_summary(measured: pd.DataFrame,  # collect() rows of one kind of data
+                   grids=None,              # grid names (default: every grid in measured, in GRIDS' order)
+                  ) -> pd.DataFrame:        # index (grid, label); ITC-alone and re-ranked test R@1 mean and sd, their difference
+    "Per grid and distinct configuration, ITC-alone R@1, re-ranked R@1 and re-ranked minus ITC (test split, over seeds)."
     if measured.data.nunique() > 1: raise ValueError(f"runs on {sorted(measured.data.unique())}; pass one kind of data")
     need = {'test_R1', 'test_itc_R1'} - set(measured.columns)
-    if need: raise ValueError(f"plot_rerank needs the columns {sorted(need)} of collect()")
+    if need: raise ValueError(f"rerank_summary needs the columns {sorted(need)} of collect()")
     m = measured.dropna(subset=['test_R1', 'test_itc_R1'])
     grids = [g for g in (grids or GRIDS) if g in set(m.grid)]
     if not grids: raise ValueError("no runs with both ITC-alone and re-ranked R@1")
-    stats = {}
+    out = []
     for g in grids:
         r = m[m.grid == g].groupby('arm', sort=False)[['test_itc_R1', 'test_R1']]
         s = pd.concat([r.mean(), r.std().fillna(0.0).add_suffix('_sd')], axis=1).round(2)
         s = s.loc[[a for a in GRIDS[g] if a in s.index]]
         key = list(zip(s.test_itc_R1, s.test_R1))
         s['label'] = [' = '.join(s.index[[k == kk for kk in key]]) for k in key]          # reused runs: one line
-        stats[g] = s.drop_duplicates('label')
-    fig, axs = plt.subplots(len(grids), 1, squeeze=False, figsize=(width, 0.6 + sum(0.24 * len(s) + 0.5 for s in stats.values())),
+        out.append(s.drop_duplicates('label').assign(grid=g))
+    s = pd.concat(out).set_index(['grid', 'label'])
+    s['rerank_delta'] = (s.test_R1 - s.test_itc_R1).round(2)
+    return s[['test_itc_R1', 'test_itc_R1_sd', 'test_R1', 'test_R1_sd', 'rerank_delta']]
+
+def plot_rerank(measured: pd.DataFrame,     # collect() rows of one kind of data
+                grids=None,                 # grid names (default: every grid in measured, in GRIDS' order)
+                width: float = 7.5):
+    "Per grid and arm, an arrow from ITC-alone R@1 to re-ranked R@1 (`rerank_summary`)."
+    import matplotlib.pyplot as plt
+    summary = rerank_summary(measured, grids)
+    stats = {g: s.droplevel('grid') for g, s in summary.groupby(level='grid', sort=False)}
+    fig, axs = plt.subplots(len(stats), 1, squeeze=False, figsize=(width, 0.6 + sum(0.24 * len(s) + 0.5 for s in stats.values())),
                             gridspec_kw=dict(height_ratios=[len(s) + 1 for s in stats.values()]))
     for ax, (g, s) in zip(axs[:, 0], stats.items()):
         y = np.arange(len(s))[::-1]
@@ -266,9 +276,9 @@ def plot_rerank(measured: pd.DataFrame,     # collect() rows of one kind of data
             ax.annotate('', (b, yi), (a, yi), arrowprops=dict(arrowstyle='->', color='0.55', lw=1, shrinkA=3, shrinkB=3))
         ax.errorbar(x0, y, xerr=s.test_itc_R1_sd, fmt='o', mfc='white', color='C0', ms=5, lw=1, label='ITC alone')
         ax.errorbar(x1, y, xerr=s.test_R1_sd, fmt='o', color='C1', ms=5, lw=1, label='re-ranked')
-        ax.set_yticks(y, s.label, fontsize=8); ax.set_ylim(-0.7, len(s) - 0.3)
+        ax.set_yticks(y, s.index, fontsize=8); ax.set_ylim(-0.7, len(s) - 0.3)
         ax.set_title(f"grid '{g}'", fontsize=9, loc='left'); ax.grid(axis='x', alpha=0.3)
-    axs[-1, 0].set_xlabel(f"test R@1 (%), {m.data.iloc[0]}, mean ± std over seeds")
+    axs[-1, 0].set_xlabel(f"test R@1 (%), {measured.data.iloc[0]}, mean ± std over seeds")
     axs[0, 0].legend(fontsize=8, loc='upper left')
     fig.tight_layout()
     return fig
