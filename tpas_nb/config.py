@@ -99,6 +99,7 @@ class DataConfig:
     synth_val_pairs: int = 250      # SynthPAB validation pairs (model selection only)
     synth_test_pairs: int = 1000    # SynthPAB test pairs
     synth_ucc_pairs: int = 1000     # SynthPAB out-of-distribution (ucc) pairs
+    synth_heldout_pairs: int = 500  # SynthPAB pairs in the held-out drawing style (no training sees it; 01_synthpab)
     synth_image_size: int = 96      # SynthPAB image side in pixels
     synth_weather: bool = True      # also write the nine multi-weather copies of the test set
     train_split: str = 'train'      # training annotations: 'train' (annotation/train, PAB) or 'train_decouple' (SeDA's decomposed captions, 04_pab)
@@ -269,7 +270,7 @@ def profile_table(profile: str):
 
 FLAT_ALIASES = {   # flat parameter -> dotted RunConfig path, where the field's own name would be unclear at the top level
     'data_root': 'data.root', 'train_pairs': 'data.synth_train_pairs', 'val_pairs': 'data.synth_val_pairs',
-    'test_pairs': 'data.synth_test_pairs', 'ucc_pairs': 'data.synth_ucc_pairs', 'image_size': 'data.synth_image_size',
+    'test_pairs': 'data.synth_test_pairs', 'ucc_pairs': 'data.synth_ucc_pairs', 'heldout_pairs': 'data.synth_heldout_pairs', 'image_size': 'data.synth_image_size',
     'cache_dir': 'data.cache_dir', 'vocab': 'data.vocab', 'num_workers': 'data.num_workers', 'paired': 'data.paired',
     'random_erasing': 'data.random_erasing', 'eda_p': 'data.eda_p', 'eda_synonyms': 'data.eda_synonyms', 'hflip': 'data.hflip', 'train_split': 'data.train_split',
     'train_subset': 'data.train_subset', 'train_subset_seed': 'data.train_subset_seed',

@@ -189,6 +189,14 @@ class ItmPairs:
         keep = torch.arange(len(self.labels), device=self.labels.device) % self.batch_size < n   # every block is in anchor order
         return ItmPairs(self.img_rows[keep], self.txt_rows[keep], self.labels[keep], self.group[keep], self.batch_size)
 
+    def anchored(self, has:Tensor, # B bool: the anchors whose counterpart exists
+                ) -> 'ItmPairs': # the in-batch pairs, and the counterpart pairs of those anchors only
+        "Keep the IHNM pairs (group 1) only for anchors that have a counterpart: a corpus where only some records are paired."
+        if has.shape != (self.batch_size,) or has.dtype != torch.bool:
+            raise ValueError(f"ItmPairs.anchored: has must be a bool tensor of shape ({self.batch_size},), got {has.dtype} {_shape(has)}")
+        keep = (self.group == 0) | has[torch.arange(len(self.labels), device=has.device) % self.batch_size]
+        return ItmPairs(self.img_rows[keep], self.txt_rows[keep], self.labels[keep], self.group[keep], self.batch_size)
+
 # %% ../nbs/12_objectives.ipynb #7b46e898
 def build_itm_pairs(neg_img_for_txt:Tensor, # B: batch row of the negative image drawn for text j
                     neg_txt_for_img:Tensor, # B: batch row of the negative text drawn for image i

@@ -15,18 +15,20 @@ from .data.synth import ensure_pretrain_corpus, PRETRAIN_ANOMALY_RATE, SYNTHPAB_
 from .data.pab import PABFolder, pab_tokenizer
 from .models.encoders import PRETRAINED, weights_dir, to_xvlm_state_dict
 from .train import train, vocab_list
-from .runs import build_run_method, load_weights, atomic_write, resolve_data_root, file_digest
+from .runs import build_run_method, load_weights, save_weights, atomic_write, resolve_data_root, file_digest
+from .train import Callback
 
 # %% auto #0
 __all__ = ['PRETRAIN_CORPUS', 'PRETRAIN_RECIPE', 'RECIPE_TRIALS', 'corpus_dir', 'pretrain_config', 'corpus_digest', 'loss_curve',
-           'checkpoint_paths', 'export_checkpoint', 'pretrain', 'zero_shot_metrics', 'pretrain_cli', 'recipe_trial']
+           'checkpoint_paths', 'export_checkpoint', 'EpochWeightsCB', 'pretrain', 'zero_shot_metrics', 'pretrain_cli',
+           'recipe_trial']
 
 # %% ../nbs/42_pretrain.ipynb #73a85dba
 PRETRAIN_CORPUS = dict(images=200_000, val_pairs=250, image_size=96, seed=0, anomaly_rate=PRETRAIN_ANOMALY_RATE)   # make_pretrain_corpus
 
 PRETRAIN_RECIPE = dict(   # the RunConfig of the pretraining run (fields as in 00_config); each choice is discussed below
     method='xvlm', preset='tiny', init_checkpoint='', seed=0, device='cpu',
-    method_args=dict(itm_neg_temp=0.05, itm_frac=0.5, mlm_frac=0.25),
+    method_args=dict(itm_neg_temp=0.05, itm_frac=0.5, mlm_frac=0.25, contrast_pairs=True),
     epochs=12, batch_size=64, k_test=32, checkpoint_every=500,
     optim=dict(lr=1e-3, lr_min=1e-4, warmup_steps=1000))
 
@@ -103,6 +105,12 @@ def export_checkpoint(run_dir,             # a finished pretraining run folder
 
 
 # %% ../nbs/42_pretrain.ipynb #e376e58c
+class EpochWeightsCB(Callback):
+    "Keep the weights at every epoch's end as epochs/<n>.safetensors, for the learning curve on other splits (`pretrain_curve`)."
+    order = 31
+    def after_step(self, t):
+        if t.end_of_epoch and t.main: save_weights(t.net, t.out / 'epochs' / f'{t.st.epoch}.safetensors', t.st.step)
+
 def pretrain(out_dir='runs/pretrain',          # the run folder (resumed when it exists)
              cache_dir: str = '',              # where the corpus is generated once (default: $TPAS_NB_CACHE or ~/.cache/tpas_nb)
              dest=None,                        # where the checkpoint is exported (default: tpas_nb/weights)
@@ -115,9 +123,10 @@ def pretrain(out_dir='runs/pretrain',          # the run folder (resumed when it
             ) -> Path:                         # the run folder
     "Generate (or reuse) the corpus, train the recipe (resuming a killed run) and, once it is done, export the checkpoint."
     root = ensure_pretrain_corpus(corpus_dir(cache_dir, corpus), **corpus, progress=progress)
-    run = train(pretrain_config(out_dir, root, **overrides), progress=progress, stop_after=stop_after)
+    run = train(pretrain_config(out_dir, root, **overrides), progress=progress, stop_after=stop_after, callbacks=(EpochWeightsCB(),))
     if not (run / 'metrics.json').exists(): return run                       # stopped on purpose
-    extra = dict(corpus=dict(corpus, digest=corpus_digest(root), generator_version=SYNTHPAB_VERSION))
+    extra = dict(corpus=dict(corpus, digest=corpus_digest(root), generator_version=SYNTHPAB_VERSION,
+                             written=json.loads((root / 'synthpab.json').read_text())))
     paths = export_checkpoint(run, dest, command or f"pretrain(out_dir={str(out_dir)!r}, **{overrides})", extra)
     if zero_shot:
         prov = json.loads(paths['provenance'].read_text())

@@ -322,7 +322,7 @@ class Trainer:
         if self.train_ds.subset_info and self.main:                      # the 0.1M protocol: which records, kept with the run
             info = dict(split=c.data.train_split, **self.train_ds.subset_info)
             atomic_write(self.out / 'train_subset.json', lambda p: p.write_text(json.dumps(info)))
-        if paired: self.train_ds.require_counterparts()
+        if paired and not getattr(m.cfg, 'contrast_pairs', False): self.train_ds.require_counterparts()   # a corpus pairs only some records
         self.partner = self.train_ds.partner if paired else None
         self.has_val = 'val' in self.folder.splits()
         self.A, self.B, self.N = c.grad_accum, c.global_batch(self.W), len(self.train_ds)   # B: batch_size, or batch_per_device × W × A
@@ -496,7 +496,7 @@ class ProgressCB(Callback):
 class FinalEvalCB(Callback):
     "At the end of a finished run: the selected weights on the final splits, metrics.json, the figures."
     order = 60
-    def __init__(self, splits=('test', 'ucc')): self.splits = splits
+    def __init__(self, splits=('test', 'ucc', 'heldout')): self.splits = splits
     def after_fit(self, t):
         if not t.st.done: return                                     # stopped early on purpose: resume later
         t_eval = time.time()
@@ -536,7 +536,7 @@ def train(config: RunConfig,            # the run (00_config); out_dir is the ru
           progress: bool = True,        # fastprogress bars and progress lines (main process only)
           method: nn.Module | None = None,  # a built method instead of build_method(config.method, …) (tests, custom methods)
           stop_after: int = 0,          # stop after this many optimiser steps of this call, right after a checkpoint (0 = run to the end)
-          final_splits: tuple = ('test', 'ucc'),  # splits the selected weights are evaluated on at the end (those the folder has)
+          final_splits: tuple = ('test', 'ucc', 'heldout'),  # splits the selected weights are evaluated on at the end (those the folder has)
           callbacks: tuple = (),        # further Callbacks
          ) -> Path:                     # the run folder
     "Train `config.method`, keep the best val weights, evaluate them on test (and ucc); returns the run folder."

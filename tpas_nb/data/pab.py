@@ -104,14 +104,15 @@ class PABFolder:
         self._cache = {}
 
     def annotation_files(self, split: str) -> list[Path]:
-        "Annotation files of `split`: train, train_decouple, val, test, ucc or weather:<name>."
+        "Annotation files of `split`: train, train_decouple, val, test, ucc, heldout or weather:<name>."
         a = self.root / 'annotation'
         if split in TRAIN_SPLITS: files = sorted((a / split).glob('attr_*.json'), key=lambda p: int(re.sub(r'\D', '', p.stem) or 0))
         elif split == 'val': files = [a / 'val/attr.json']
         elif split == 'test': files = [a / 'test/attr.json']
         elif split == 'ucc': files = [a / 'test/ucc.json']
+        elif split == 'heldout': files = [a / 'test/heldout.json']   # SynthPAB's held-out drawing style (01_synthpab)
         elif split.startswith('weather:') and split[8:] in _weather_names(): files = [a / f'multi-weather/multi-weather_{split[8:]}.json']
-        else: raise ValueError(f"unknown split {split!r}; valid: train, train_decouple, val, test, ucc, " + ', '.join(f'weather:{w}' for w in _weather_names()))
+        else: raise ValueError(f"unknown split {split!r}; valid: train, train_decouple, val, test, ucc, heldout, " + ', '.join(f'weather:{w}' for w in _weather_names()))
         files = [f for f in files if f.exists()]
         if not files:
             other = {'train': 'train_decouple', 'train_decouple': 'train'}.get(split)
@@ -123,7 +124,7 @@ class PABFolder:
     def splits(self) -> list[str]:
         "Splits present in this folder."
         out = []
-        for s in [*TRAIN_SPLITS, 'val', 'test', 'ucc'] + [f'weather:{w}' for w in _weather_names()]:
+        for s in [*TRAIN_SPLITS, 'val', 'test', 'ucc', 'heldout'] + [f'weather:{w}' for w in _weather_names()]:
             try: self.annotation_files(s); out.append(s)
             except PABError: pass
         return out

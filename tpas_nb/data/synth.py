@@ -5,13 +5,13 @@
 # %% ../../nbs/01_synthpab.ipynb #43fae81d
 from __future__ import annotations
 import argparse, json, math, os, re, shutil, sys, time
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, replace
 from io import BytesIO
 from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFilter, ImageEnhance
+from PIL import Image, ImageDraw, ImageFilter, ImageEnhance, ImageOps
 
 from ..config import progress as show_progress
 from .pose import KP, render_pose_map, check_pose
@@ -19,11 +19,12 @@ from .weather import WEATHERS, apply_weather
 
 # %% auto #0
 __all__ = ['COLOURS', 'HAIR_COLOURS', 'SKIN', 'TOPS', 'BOTTOMS', 'HAIR', 'ACCESSORIES', 'BUILDS', 'GENDERS', 'NORMAL_ACTIONS',
-           'ANOMALIES', 'SCENES', 'UCC_SCENES', 'PRETRAIN_SCENES', 'LIMB_LEN', 'POSES', 'CAMERAS', 'SPLITS',
-           'TRAIN_CHUNK', 'SYNTHPAB_VERSION', 'OOD_VARIANTS', 'PRETRAIN_ANOMALY_RATE', 'Person', 'sample_person',
-           'pose_keypoints', 'draw_scene', 'Camera', 'render_person', 'appearance_phrase', 'make_caption',
-           'grammar_captions', 'render_pair', 'make_synthpab', 'ensure_synthpab', 'make_test_variant', 'sample_camera',
-           'render_single', 'make_pretrain_corpus', 'ensure_pretrain_corpus', 'show_pairs', 'synthpab_cli']
+           'ANOMALIES', 'SCENES', 'UCC_SCENES', 'PRETRAIN_SCENES', 'LIMB_LEN', 'POSES', 'STYLES', 'CAMERAS', 'GRAMMARS',
+           'SPLITS', 'SPLIT_FILES', 'TRAIN_CHUNK', 'SYNTHPAB_VERSION', 'OOD_VARIANTS', 'PRETRAIN_ANOMALY_RATE',
+           'CORPUS_MIX', 'SAME_PERSON_RATE', 'LOOKALIKE_RATE', 'Person', 'sample_person', 'pose_keypoints',
+           'draw_scene', 'Camera', 'render_person', 'appearance_phrase', 'make_caption', 'grammar_captions',
+           'render_pair', 'make_synthpab', 'ensure_synthpab', 'make_test_variant', 'sample_camera',
+           'render_corpus_unit', 'make_pretrain_corpus', 'ensure_pretrain_corpus', 'show_pairs', 'synthpab_cli']
 
 # %% ../../nbs/01_synthpab.ipynb #44e17d37
 COLOURS = {  # name: RGB
@@ -315,7 +316,7 @@ def draw_scene(scene: str, size: int, rng: np.random.Generator) -> tuple[Image.I
 # %% ../../nbs/01_synthpab.ipynb #4f96a291
 @dataclass(frozen=True)
 class Camera:
-    "How a split's images are framed and styled."
+    "How a split's images are drawn, framed and styled."
     height: tuple = (0.66, 0.78)    # person height as a share of the image side
     shift: float = 0.08             # max horizontal offset of the person, share of the side
     squash: float = 1.0             # vertical scale of the figure (high viewpoints < 1)
@@ -326,11 +327,25 @@ class Camera:
     tint: tuple = (1.0, 1.0, 1.0)   # per-channel gain
     jpeg_quality: int = 92
     cctv: bool = False              # a surveillance time-stamp bar
+    style: str = 'flat'             # how people and scenes are drawn: a key of STYLES
+    exposure: tuple = (1.0, 0.0)    # (gain, offset) of the sensor: night < 1, over-exposure > 1 (03_weather's dark and light are two points)
+    weather: str = 'normal'         # a condition of 03_weather laid over the image ('normal' = none)
+    companion: bool = False         # a second, smaller person behind the described one
+    aspect: float = 1.0             # width / height of the written frame (non-square frames are resized by the loader)
+
+STYLES = {   # drawing style -> what it changes; which splits use it is the design of the benchmark (below)
+    'flat':  'flat colours, round limb caps: SynthPAB\'s synthetic drawing (fine-tuning)',
+    'real':  'shaded limbs, textured clothes and ground, a cast shadow, depth of field and vignetting (test, ucc; in the corpus)',
+    'toon':  'thick ink outlines, cel-shaded posterised colours and a large head (corpus only)',
+    'pixel': 'a low-resolution sprite: square head, hard-edged limbs, a 24-colour palette (held out: no training sees it)',
+}
 
 CAMERAS = {
     'train': Camera(),
-    'test': Camera(height=(0.62, 0.76), outline=True, blur=0.6, noise=5.0, saturation=0.78, tint=(1.05, 1.0, 0.93), jpeg_quality=80),
-    'ucc': Camera(height=(0.46, 0.58), shift=0.22, squash=0.85, blur=0.5, noise=7.0, saturation=0.45, tint=(0.95, 1.05, 0.95), jpeg_quality=75, cctv=True),
+    'test': Camera(height=(0.62, 0.76), style='real', blur=0.4, noise=4.0, saturation=0.85, tint=(1.04, 1.0, 0.95), jpeg_quality=80),
+    'ucc': Camera(height=(0.46, 0.58), shift=0.22, squash=0.85, style='real', blur=0.5, noise=7.0, saturation=0.6,
+                  tint=(0.95, 1.05, 0.95), jpeg_quality=75, cctv=True),
+    'heldout': Camera(height=(0.62, 0.76), style='pixel', noise=3.0, jpeg_quality=85),
 }
 CAMERAS['val'] = CAMERAS['train']
 
@@ -340,40 +355,74 @@ def _darker(rgb, f=0.6): return tuple(int(c * f) for c in rgb)
 def render_person(person: Person, action: str, scene: str, scene_seed: int, rng: np.random.Generator,
                   size: int, camera: Camera = Camera()) -> tuple[Image.Image, np.ndarray]:
     "Draw `person` doing `action` in `scene`; returns the RGB image and its 18×3 keypoints (pixels, all visible)."
+    if camera.style not in STYLES: raise ValueError(f"unknown style {camera.style!r}; valid styles: {list(STYLES)}")
     bg, gy = draw_scene(scene, size, np.random.default_rng(scene_seed))
     ss = 2                                          # supersampling factor
     S = size * ss
+    style = camera.style
+    srng = np.random.default_rng(rng.integers(2**31)) if style != 'flat' or camera.companion else None  # the style's own draws: flat images stay as they were
+    im = bg.resize((S, S), Image.NEAREST)
+    if style == 'real': im = _texture(im, srng, 0.10, S // 16)   # ground and walls with grain
+    d = ImageDraw.Draw(im)
+    if camera.companion:                           # another person further back, smaller, to one side (never described)
+        other = sample_person(srng)
+        _figure(d, other, list(NORMAL_ACTIONS)[srng.integers(len(NORMAL_ACTIONS))], srng, S, gy - 0.06, (0.32, 0.42),
+                (0.25, 0.38) if srng.random() < 0.5 else (-0.38, -0.25), camera)
+    k = _figure(d, person, action, rng, S, gy, camera.height, (-camera.shift, camera.shift), camera)
+    im = im.resize((size, size), Image.BOX)
+    im = _style_image(im, bg, style, srng) if style != 'flat' else im
+    im = _camera_style(im, camera, rng)
+    kps = np.concatenate([k / ss, np.ones((18, 1))], 1).astype(np.float32)
+    kps[:, :2] = np.clip(kps[:, :2], 0, size - 1)
+    return im, kps
+
+def _figure(d: ImageDraw.ImageDraw, person: Person, action: str, rng: np.random.Generator, S: int, gy: float,
+            height: tuple, shift: tuple, camera: Camera) -> np.ndarray:
+    "Draw one person on the supersampled canvas `d` (side S, ground line at gy·S); returns the 18×2 joints in canvas pixels."
+    style = camera.style
     k_body, p = pose_keypoints(action, rng)
     facing = 1 if rng.random() < 0.5 else -1
     k_body = k_body * np.array([facing, 1.0])
-    h = float(rng.uniform(*camera.height)) * S
+    h = float(rng.uniform(*height)) * S
     build_w = {'slim': 0.8, 'average': 1.0, 'heavy': 1.3}[person.build]
-    head_r = 0.065 * h
+    head_r = 0.065 * h * (1.3 if style == 'toon' else 1.0)
     # place: lowest joint on the ground line (airborne poses lifted), centred with a random shift
     k = k_body * np.array([h, h * camera.squash])
     lift = max(p.get('lift', 0.0), 0.0) * h
     lo = k[:, 1].max() + 0.02 * h
-    cx = S / 2 + float(rng.uniform(-camera.shift, camera.shift)) * S
+    cx = S / 2 + float(rng.uniform(*shift)) * S
     k = k + np.array([cx - (k[:, 0].min() + k[:, 0].max()) / 2, gy * S - lift - lo])
     # keep the whole figure (head included) inside the frame
     pad = head_r * 1.6
     x0, y0, x1, y1 = k[:, 0].min() - pad, k[:, 1].min() - pad, k[:, 0].max() + pad, k[:, 1].max() + 0.04 * h
     k = k + np.array([max(0, -x0) - max(0, x1 - (S - 1)), max(0, -y0) - max(0, y1 - (S - 1))])
 
-    im = bg.resize((S, S), Image.NEAREST)
-    d = ImageDraw.Draw(im)
+    ss = 2
     skin = SKIN[person.skin]
     top, bottom = COLOURS[person.top_colour], COLOURS[person.bottom_colour]
     sleeve = top if person.top != 't-shirt' else skin
     shin = bottom if person.bottom in ('trousers', 'jeans') else skin
     thigh = bottom if person.bottom != 'skirt' else skin
     lw = max(2, int(0.075 * h * build_w))
+    ink = (25, 22, 30)
+    outline = camera.outline or style == 'toon'
     P = lambda name: tuple(k[KP[name]])
+    if style == 'real':                               # the cast shadow on the ground
+        fx = (k[KP['r_ankle'], 0] + k[KP['l_ankle'], 0]) / 2
+        fy = max(k[KP['r_ankle'], 1], k[KP['l_ankle'], 1]) + lw * 0.5
+        d.ellipse([fx - 0.22 * h, fy - 0.03 * h, fx + 0.22 * h, fy + 0.03 * h], fill=(60, 58, 55))
     def seg(a, b, col, w=lw):
-        if camera.outline: d.line([P(a), P(b)], fill=_darker(col, 0.35), width=w + 2 * ss)
+        if outline: d.line([P(a), P(b)], fill=_darker(col, 0.35) if style != 'toon' else ink, width=w + (4 if style == 'toon' else 2) * ss)
         d.line([P(a), P(b)], fill=col, width=w)
+        if style == 'pixel': return                  # hard-edged limbs
         r = w / 2
         for q in (P(a), P(b)): d.ellipse([q[0] - r, q[1] - r, q[0] + r, q[1] + r], fill=col)
+        if style == 'real':                           # a highlight and a core shadow along the limb: a lit cylinder
+            off = np.array([-0.22, -0.22]) * w
+            d.line([tuple(np.array(P(a)) + off), tuple(np.array(P(b)) + off)], fill=_lighter(col), width=max(1, int(w * 0.3)))
+            d.line([tuple(np.array(P(a)) - off), tuple(np.array(P(b)) - off)], fill=_darker(col, 0.72), width=max(1, int(w * 0.3)))
+        if style == 'toon':                           # one cel highlight
+            d.line([P(a), P(b)], fill=_lighter(col, 0.45), width=max(1, int(w * 0.25)))
     def arm(s):
         seg(s + '_shoulder', s + '_elbow', top)
         seg(s + '_elbow', s + '_wrist', sleeve, int(lw * 0.9))
@@ -393,7 +442,7 @@ def render_person(person: Person, action: str, scene: str, scene_seed: int, rng:
         for sx in (-0.18, 0.18): d.rectangle([bx + sx * h - 0.015 * h, hy, bx + sx * h + 0.015 * h, gy * S], fill=(90, 60, 35))
     if person.accessory == 'backpack':
         nk, hp = np.array(P('neck')), (np.array(P('r_hip')) + np.array(P('l_hip'))) / 2
-        c = nk + 0.55 * (hp - nk); back = -facing * np.array([(hp - nk)[1], -(hp - nk)[0]]) * 0.0
+        c = nk + 0.55 * (hp - nk)
         off = np.array([-facing * 0.07 * h, 0])
         bx, by = c + off
         d.rounded_rectangle([bx - 0.06 * h, by - 0.09 * h, bx + 0.06 * h, by + 0.09 * h], radius=0.02 * h, fill=_darker(bottom, 0.7))
@@ -403,8 +452,10 @@ def render_person(person: Person, action: str, scene: str, scene_seed: int, rng:
     nk, hp = np.array(P('neck')), (np.array(P('r_hip')) + np.array(P('l_hip'))) / 2
     ax = hp - nk; ax = ax / (np.linalg.norm(ax) + 1e-6); perp = np.array([ax[1], -ax[0]])
     quad = [tuple(nk + sh_w * perp), tuple(nk - sh_w * perp), tuple(hp - hip_w * perp), tuple(hp + hip_w * perp)]
-    if camera.outline: d.polygon(quad, fill=top, outline=_darker(top, 0.35), width=ss)
+    if outline: d.polygon(quad, fill=top, outline=_darker(top, 0.35) if style != 'toon' else ink, width=ss * (2 if style == 'toon' else 1))
     else: d.polygon(quad, fill=top)
+    if style == 'real':                               # the torso's shaded side
+        d.polygon([tuple(nk + 0.2 * sh_w * perp), tuple(nk - sh_w * perp), tuple(hp - hip_w * perp), tuple(hp + 0.2 * hip_w * perp)], fill=_darker(top, 0.82))
     if person.bottom == 'skirt':
         knee = (np.array(P('r_knee')) + np.array(P('l_knee'))) / 2
         mid = hp + 0.6 * (knee - hp)
@@ -429,10 +480,14 @@ def render_person(person: Person, action: str, scene: str, scene_seed: int, rng:
     if person.hair == 'ponytail':
         q = hc - 1.05 * head_r * np.array([facing, 0]) + up * 0.1 * head_r
         d.ellipse([q[0] - head_r * .45, q[1] - head_r * .3, q[0] + head_r * .45, q[1] + head_r * 0.9], fill=hair)
-    d.ellipse([hc[0] - head_r, hc[1] - head_r, hc[0] + head_r, hc[1] + head_r], fill=skin,
-              outline=_darker(skin, 0.4) if camera.outline else None, width=ss)
+    head_box = [hc[0] - head_r, hc[1] - head_r, hc[0] + head_r, hc[1] + head_r]
+    if style == 'pixel':                              # a square head, its hair a band on the crown
+        d.rectangle(head_box, fill=skin)
+        if person.hair != 'bald': d.rectangle([head_box[0], head_box[1] - head_r * 0.1, head_box[2], hc[1] - head_r * 0.3], fill=hair)
+    else:
+        d.ellipse(head_box, fill=skin, outline=(ink if style == 'toon' else _darker(skin, 0.4)) if outline else None, width=ss * (2 if style == 'toon' else 1))
     ang = math.degrees(math.atan2(-up[1], up[0]))   # direction of the crown
-    if person.hair != 'bald':
+    if person.hair != 'bald' and style != 'pixel':
         d.pieslice([hc[0] - head_r * 1.08, hc[1] - head_r * 1.08, hc[0] + head_r * 1.08, hc[1] + head_r * 1.08], -ang - 95, -ang + 95, fill=hair)
     if person.accessory == 'cap':
         d.pieslice([hc[0] - head_r * 1.15, hc[1] - head_r * 1.15, hc[0] + head_r * 1.15, hc[1] + head_r * 1.15], -ang - 80, -ang + 80, fill=_darker(bottom, 0.8))
@@ -452,18 +507,47 @@ def render_person(person: Person, action: str, scene: str, scene_seed: int, rng:
         d.ellipse([q[0] - r, q[1] - r, q[0] + r, q[1] + r], fill=(90, 85, 80))
         for t in (-1, 0, 1):
             d.line([tuple(q + np.array([facing * r * 1.5, t * r])), tuple(q + np.array([facing * r * 4, t * r * 1.8]))], fill=(250, 250, 250), width=max(1, ss))
-    im = im.resize((size, size), Image.BOX)
-    im = _camera_style(im, camera, rng)
-    kps = np.concatenate([k / ss, np.ones((18, 1))], 1).astype(np.float32)
-    kps[:, :2] = np.clip(kps[:, :2], 0, size - 1)
-    return im, kps
+    return k
+
+def _lighter(rgb, f=0.3): return tuple(int(c + (255 - c) * f) for c in rgb)
+
+def _texture(im: Image.Image, rng: np.random.Generator, amount: float, cell: int) -> Image.Image:
+    "Multiply `im` by smooth random grain (± amount, features of about `cell` pixels)."
+    n = max(2, im.width // max(1, cell))
+    g = Image.fromarray(rng.uniform(1 - amount, 1 + amount, (n, n)).astype(np.float32), 'F').resize(im.size, Image.BICUBIC)
+    a = np.asarray(im, np.float32) * np.asarray(g)[..., None]
+    return Image.fromarray(np.clip(a, 0, 255).astype(np.uint8))
+
+def _style_image(im: Image.Image, bg: Image.Image, style: str, rng: np.random.Generator) -> Image.Image:
+    "The image-level part of a drawing style, with the person told from the backdrop `bg` by the pixels that changed."
+    if style == 'real':   # textured clothes, depth of field on the backdrop, soft light falling from one side, vignetting
+        a = np.asarray(im, np.float32)
+        person = (np.abs(a - np.asarray(bg.resize(im.size, Image.BOX), np.float32)).sum(-1) > 24)[..., None]
+        tex = np.asarray(_texture(im, rng, 0.12, 3), np.float32)
+        back = np.asarray(im.filter(ImageFilter.GaussianBlur(0.9)), np.float32)
+        a = np.where(person, tex, back)
+        H, W = a.shape[:2]
+        yy, xx = np.mgrid[0:H, 0:W] / max(H, W)
+        side = rng.uniform(-0.25, 0.25)
+        light = 1 + side * (xx - 0.5) - 0.28 * ((xx - 0.5) ** 2 + (yy - 0.5) ** 2)
+        return Image.fromarray(np.clip(a * light[..., None], 0, 255).astype(np.uint8))
+    if style == 'toon':   # posterised colours, saturated
+        return ImageEnhance.Color(ImageOps.posterize(im, 3)).enhance(1.3)
+    if style == 'pixel':  # a sprite at a quarter of the resolution with a small palette
+        n = max(8, im.width // 3)
+        small = im.resize((n, n), Image.BOX).quantize(24, dither=Image.Dither.NONE).convert('RGB')
+        return small.resize(im.size, Image.NEAREST)
+    raise ValueError(f"unknown style {style!r}; valid styles: {list(STYLES)}")
 
 def _camera_style(im: Image.Image, cam: Camera, rng: np.random.Generator) -> Image.Image:
-    "Apply a split's style: blur, saturation, tint, noise, CCTV bar."
+    "Apply a camera: blur, saturation, tint, exposure, weather, noise, CCTV bar."
     if cam.blur: im = im.filter(ImageFilter.GaussianBlur(cam.blur))
     if cam.saturation != 1.0: im = ImageEnhance.Color(im).enhance(cam.saturation)
     a = np.asarray(im, dtype=np.float32)
     if cam.tint != (1.0, 1.0, 1.0): a = a * np.array(cam.tint, np.float32)
+    if tuple(cam.exposure) != (1.0, 0.0): a = a * cam.exposure[0] + cam.exposure[1]
+    if cam.weather != 'normal':
+        a = np.asarray(apply_weather(Image.fromarray(np.clip(a, 0, 255).astype(np.uint8)), cam.weather, seed=int(rng.integers(2**31))), np.float32)
     if cam.noise: a = a + rng.normal(0, cam.noise, a.shape).astype(np.float32)
     if cam.cctv:
         a[: max(2, a.shape[0] // 14)] = 10
@@ -495,34 +579,61 @@ def appearance_phrase(p: Person, rng: np.random.Generator) -> str:
     if acc: parts.append(pick(acc))
     return ', '.join(parts[:2]) + ' ' + ', '.join(parts[2:]) if rng.random() < 0.3 else ', '.join(parts)
 
-def make_caption(p: Person, action: str, scene: str, rng: np.random.Generator) -> tuple[str, dict]:
-    "A caption of `p` doing `action` in `scene` and its exact appearance / action / background sub-captions."
+GRAMMARS = {   # caption grammar -> what it reads like; the fine-tuning and test captions are 'pab'
+    'pab':  "PAB's annotators: one or two sentences of appearance, action and place (~20-50 words)",
+    'alt':  'alt text: a short noun phrase, no article at the start, no full stop',
+    'long': 'a long description: the PAB sentence, then clothing, hair and the shot in separate sentences',
+    'ucc':  "UCC's captioner (Qwen2-VL in CMP §5): 'In this surveillance footage, …', 'The individual appears to be …'",
+}
+
+def make_caption(p: Person, action: str, scene: str, rng: np.random.Generator, grammar: str = 'pab') -> tuple[str, dict]:
+    "A caption of `p` doing `action` in `scene` in `grammar`, and its exact appearance / action / background sub-captions."
     pick = lambda xs: xs[rng.integers(len(xs))]
     acts = NORMAL_ACTIONS.get(action) or ANOMALIES.get(action)
     if acts is None: raise ValueError(f"unknown action {action!r}; valid actions: {sorted(POSES)}")
     places = SCENES.get(scene) or UCC_SCENES.get(scene) or PRETRAIN_SCENES.get(scene)
     if places is None: raise ValueError(f"unknown scene {scene!r}")
+    if grammar not in GRAMMARS: raise ValueError(f"unknown grammar {grammar!r}; valid grammars: {list(GRAMMARS)}")
     app, act, bg = appearance_phrase(p, rng), pick(acts), pick(places)
     cap = lambda s: s[0].upper() + s[1:]
+    pron = {'man': 'He', 'woman': 'She'}[p.gender]
+    sub = {'appearance': app, 'action': act, 'background': bg}
+    if grammar == 'alt':
+        bottom = f'{p.bottom_colour} {pick(BOTTOMS[p.bottom])}'
+        text = f'{pick(GENDERS[p.gender])} in {p.top_colour} {pick(TOPS[p.top])} and {bottom} {act} {bg}'
+        return text, sub
+    if grammar == 'ucc':
+        text = pick([f'In this surveillance footage, {app} is {act} {bg}.', f'The surveillance camera captures {app} {bg}.',
+                     f'The image shows a scene {bg} where {app} is present.'])
+        text += f' The individual {pick(["appears to be", "seems to be", "is"])} {act}.'
+        if rng.random() < 0.5: text += f' The {pick(["footage", "frame", "image"])} is {pick(["grainy", "taken from above", "of low quality", "captured by a fixed camera"])}.'
+        return text, sub
     text = pick([f'{cap(app)} is {act} {bg}.', f'The image shows {app} {act} {bg}.',
                  f'{cap(bg)}, {app} is {act}.', f'{cap(app)} can be seen {act} {bg}.',
                  f'There is {app} {act} {bg}.', f'{cap(bg)} there is {app}, who is {act}.'])
     if rng.random() < 0.5:
-        pron = {'man': 'He', 'woman': 'She'}[p.gender]
         others = [a for a in acts if a != act] or [act]
         text += f' {pron} {pick(["is", "appears to be", "seems to be"])} {pick(others)}.'
-    return text, {'appearance': app, 'action': act, 'background': bg}
+    if grammar == 'long':
+        be = 'are' if _plural(p.bottom) else 'is'
+        text += f' The {pick(TOPS[p.top])} is {p.top_colour} and the {pick(BOTTOMS[p.bottom])} {be} {p.bottom_colour}.'
+        text += f' {pron} has {"no hair" if p.hair == "bald" else p.hair_colour + " hair"}.'
+        text += f' The photo is taken {pick(["in daylight", "from a distance", "at eye level", "on a clear day"])}.'
+    return text, sub
 
 # %% ../../nbs/01_synthpab.ipynb #b2db7723
 def grammar_captions(n: int = 5000, seed: int = 0) -> list[str]:
-    "n captions drawn from the grammar: every action, every seen and pretraining scene, random people."
+    "n captions drawn from every grammar: every action, every scene, random people (the SynthPAB vocabulary is built from them)."
     rng = np.random.default_rng([seed, 99])
-    actions, scenes = list(POSES), list(SCENES) + list(PRETRAIN_SCENES)
-    return [make_caption(sample_person(rng), actions[k % len(actions)], scenes[k % len(scenes)], rng)[0] for k in range(n)]
+    actions, scenes, grammars = list(POSES), list(SCENES) + list(PRETRAIN_SCENES) + list(UCC_SCENES), list(GRAMMARS)
+    return [make_caption(sample_person(rng), actions[k % len(actions)], scenes[k % len(scenes)], rng, grammars[k % len(grammars)])[0]
+            for k in range(n)]
 
 # %% ../../nbs/01_synthpab.ipynb #fab660b2
-SPLITS = ('train', 'val', 'test', 'ucc')
-_SPLIT_CODE = {**{s: i for i, s in enumerate(SPLITS)}, 'pretrain': len(SPLITS)}   # the RNG stream of each split
+SPLITS = ('train', 'val', 'test', 'ucc', 'heldout')
+_SPLIT_CODE = dict(train=0, val=1, test=2, ucc=3, pretrain=4, heldout=5)   # the RNG stream of each split
+SPLIT_FILES = {'val': 'annotation/val/attr.json', 'test': 'annotation/test/attr.json', 'ucc': 'annotation/test/ucc.json',
+               'heldout': 'annotation/test/heldout.json'}   # test-format annotation files (train: annotation/train/attr_<c>.json)
 TRAIN_CHUNK = 10_000  # training pairs per imgs_<c> folder
 
 def _save_jpeg(im: Image.Image, path: Path, quality: int) -> bytes:
@@ -543,6 +654,7 @@ def render_pair(root, split: str, i: int, seed: int = 0, image_size: int = 96, w
     rng = np.random.default_rng([seed, _SPLIT_CODE[split], i])
     person = sample_person(rng)
     scenes = list(scenes or (UCC_SCENES if split == 'ucc' else SCENES))
+    grammar = 'ucc' if split == 'ucc' else 'pab'                    # UCC's captions come from another captioner
     scene = scenes[rng.integers(len(scenes))]
     scene_seed = int(rng.integers(2**31))
     actions = {'normal': list(NORMAL_ACTIONS)[rng.integers(len(NORMAL_ACTIONS))],
@@ -552,7 +664,7 @@ def render_pair(root, split: str, i: int, seed: int = 0, image_size: int = 96, w
     out = []
     for kind, action in actions.items():
         im, kps = render_person(person, action, scene, scene_seed, rng, image_size, cam)
-        text, sub = make_caption(person, action, scene, rng)
+        text, sub = make_caption(person, action, scene, rng, grammar)
         if split == 'train':
             rel = f'train/imgs_{i // TRAIN_CHUNK}/{kind}/{i}.jpg'
             rec = dict(image=rel, caption=text, image_id=f'{i}_{kind[0]}')
@@ -579,7 +691,7 @@ def render_pair(root, split: str, i: int, seed: int = 0, image_size: int = 96, w
     return [r for r, _ in out]
 
 # %% ../../nbs/01_synthpab.ipynb #77bcbdf9
-SYNTHPAB_VERSION = 2   # 2: one vocabulary for every SynthPAB folder (grammar_captions)
+SYNTHPAB_VERSION = 3   # 2: one vocabulary for every SynthPAB folder (grammar_captions); 3: drawing styles, caption grammars, the held-out split
 
 def _pair_task(args): return render_pair(*args)
 
@@ -590,9 +702,9 @@ def _write_jsonl(path: Path, records: list[dict]):
 
 def make_synthpab(out_dir, train_pairs: int = 5000, val_pairs: int = 250, test_pairs: int = 1000,
                   ucc_pairs: int = 1000, image_size: int = 96, weather: bool = True, seed: int = 0,
-                  workers: int | None = None, progress: bool = True) -> Path:
+                  heldout_pairs: int = 500, workers: int | None = None, progress: bool = True) -> Path:
     "Generate SynthPAB under `out_dir` (PAB layout) and return its path; deterministic for `seed`."
-    sizes = dict(train=train_pairs, val=val_pairs, test=test_pairs, ucc=ucc_pairs)
+    sizes = dict(train=train_pairs, val=val_pairs, test=test_pairs, ucc=ucc_pairs, heldout=heldout_pairs)
     for k, v in sizes.items():
         if not isinstance(v, int) or v < 0: raise ValueError(f"{k}_pairs must be a non-negative int, got {v!r}")
     if train_pairs < 1 or test_pairs < 1: raise ValueError("SynthPAB needs at least one train and one test pair")
@@ -615,9 +727,8 @@ def make_synthpab(out_dir, train_pairs: int = 5000, val_pairs: int = 250, test_p
     train = results['train']
     for c in range(0, len(train) // 2, TRAIN_CHUNK):
         _write_jsonl(root / f'annotation/train/attr_{c // TRAIN_CHUNK}.json', train[2 * c: 2 * (c + TRAIN_CHUNK)])
-    if val_pairs: _write_jsonl(root / 'annotation/val/attr.json', results['val'])
-    _write_jsonl(root / 'annotation/test/attr.json', results['test'])
-    if ucc_pairs: _write_jsonl(root / 'annotation/test/ucc.json', results['ucc'])
+    for split, path in SPLIT_FILES.items():
+        if sizes[split]: _write_jsonl(root / path, results[split])
     if weather:
         for w in WEATHERS[1:]:
             recs = [dict(r, image=f"multi-weather/{w}/{r['image_id']}.jpg") for r in results['test']]
@@ -625,7 +736,7 @@ def make_synthpab(out_dir, train_pairs: int = 5000, val_pairs: int = 250, test_p
     meta = dict(name='SynthPAB', version=SYNTHPAB_VERSION, seed=seed, image_size=image_size, weather=weather,
                 pairs=sizes, images={s: 2 * n for s, n in sizes.items()},
                 normal_actions=list(NORMAL_ACTIONS), anomalies=list(ANOMALIES), scenes=list(SCENES),
-                ucc_scenes=list(UCC_SCENES), seconds=round(time.time() - t0, 1))
+                ucc_scenes=list(UCC_SCENES), styles={s: CAMERAS[s].style for s in SPLITS}, seconds=round(time.time() - t0, 1))
     (root / 'synthpab.json').write_text(json.dumps(meta, indent=1))
     return root
 
@@ -633,14 +744,15 @@ def ensure_synthpab(cache_dir, **kwargs) -> Path:
     "Reuse the SynthPAB in `cache_dir` if it was made with the same parameters, else generate it there."
     root = Path(cache_dir)
     meta_path = root / 'synthpab.json'
-    params = dict(train_pairs=5000, val_pairs=250, test_pairs=1000, ucc_pairs=1000, image_size=96, weather=True, seed=0)
+    params = dict(train_pairs=5000, val_pairs=250, test_pairs=1000, ucc_pairs=1000, image_size=96, weather=True, seed=0, heldout_pairs=500)
     unknown = set(kwargs) - set(params) - {'workers', 'progress'}
     if unknown: raise ValueError(f"unknown SynthPAB parameter(s) {sorted(unknown)}; valid: {sorted(params)}")
     params.update({k: v for k, v in kwargs.items() if k in params})
     if meta_path.exists():
         m = json.loads(meta_path.read_text())
         have = dict(train_pairs=m['pairs']['train'], val_pairs=m['pairs']['val'], test_pairs=m['pairs']['test'],
-                    ucc_pairs=m['pairs']['ucc'], image_size=m['image_size'], weather=m['weather'], seed=m['seed'])
+                    ucc_pairs=m['pairs']['ucc'], image_size=m['image_size'], weather=m['weather'], seed=m['seed'],
+                    heldout_pairs=m['pairs'].get('heldout', 0))
         if have == params and m.get('version') == SYNTHPAB_VERSION: return root
     if root.exists(): shutil.rmtree(root)  # an incomplete or different cache
     return make_synthpab(root, **params, **{k: v for k, v in kwargs.items() if k in ('workers', 'progress')})
@@ -675,36 +787,79 @@ def make_test_variant(out_dir, variant: str, pairs: int = 250, seed: int = 0, im
     return root
 
 # %% ../../nbs/01_synthpab.ipynb #04d21f17
-PRETRAIN_ANOMALY_RATE = 0.15   # share of anomalous actions in the pretraining corpus
+PRETRAIN_ANOMALY_RATE = 0.2    # share of anomalous actions in the pretraining corpus
+CORPUS_MIX = dict(   # the web's breadth: the probability of each drawing style, caption grammar and photometric condition
+    style={'flat': 0.25, 'real': 0.45, 'toon': 0.30},          # never 'pixel' (the held-out style)
+    grammar={'pab': 0.4, 'alt': 0.2, 'long': 0.2, 'ucc': 0.2},
+    night=0.15, overexposed=0.07, weather=0.2, cctv=0.2, companion=0.12, small=0.25, tall_frame=0.3, wide_frame=0.1)
+SAME_PERSON_RATE = 0.03   # units that are one person in one scene doing two actions (PAB's counterpart); rare on the web
+LOOKALIKE_RATE = 0.07     # units that are two people whose captions differ only in the action (the web's near-duplicate captions)
 
-def sample_camera(rng: np.random.Generator) -> Camera:
-    "A camera of the pretraining corpus: framing and style drawn per image, never the ucc camera's bar."
-    lo = float(rng.uniform(0.56, 0.7))
-    return Camera(height=(lo, lo + 0.1), shift=float(rng.uniform(0.04, 0.16)), squash=float(rng.uniform(0.88, 1.0)),
+def sample_camera(rng: np.random.Generator, style: str = 'flat', mix: dict = CORPUS_MIX) -> Camera:
+    "A camera of the pretraining corpus: drawing style, framing, sensor and weather drawn per image."
+    lo = float(rng.uniform(0.3, 0.45)) if rng.random() < mix['small'] else float(rng.uniform(0.56, 0.7))
+    u = rng.random()
+    exposure = ((float(rng.uniform(0.3, 0.6)), float(rng.uniform(-20, 0))) if u < mix['night'] else
+                (float(rng.uniform(1.3, 1.7)), float(rng.uniform(0, 30))) if u < mix['night'] + mix['overexposed'] else (1.0, 0.0))
+    weather = str(rng.choice(['wind', 'rain', 'snow', 'rain_snow'])) if rng.random() < mix['weather'] else 'normal'
+    f = rng.random()
+    aspect = float(rng.uniform(0.5, 0.8)) if f < mix['tall_frame'] else float(rng.uniform(1.3, 1.8)) if f < mix['tall_frame'] + mix['wide_frame'] else 1.0
+    return Camera(height=(lo, lo + 0.1), shift=float(rng.uniform(0.04, 0.22)), squash=float(rng.uniform(0.82, 1.0)),
                   outline=bool(rng.random() < 0.3), blur=float(rng.uniform(0, 0.8)) if rng.random() < 0.5 else 0.0,
-                  noise=float(rng.uniform(0, 7)), saturation=float(rng.uniform(0.6, 1.15)),
-                  tint=tuple(float(t) for t in rng.uniform(0.92, 1.08, 3)), jpeg_quality=int(rng.integers(75, 93)))
+                  noise=float(rng.uniform(0, 9)), saturation=float(rng.uniform(0.45, 1.15)),
+                  tint=tuple(float(t) for t in rng.uniform(0.92, 1.08, 3)), jpeg_quality=int(rng.integers(70, 93)),
+                  cctv=bool(rng.random() < mix['cctv']), style=style, exposure=exposure, weather=weather,
+                  companion=bool(rng.random() < mix['companion']), aspect=aspect)
 
-def render_single(root, i: int, seed: int = 0, image_size: int = 96, anomaly_rate: float = PRETRAIN_ANOMALY_RATE) -> dict:
-    "Render image `i` of the pretraining corpus (a new identity, one action, one scene, its own camera); return its record."
-    rng = np.random.default_rng([seed, _SPLIT_CODE['pretrain'], i])
+def _draw(table: dict, rng) -> str: return list(table)[rng.choice(len(table), p=np.array(list(table.values())) / sum(table.values()))]
+
+def render_corpus_unit(root, u: int, seed: int = 0, image_size: int = 96, anomaly_rate: float = PRETRAIN_ANOMALY_RATE,
+                       mix: dict = CORPUS_MIX) -> list[dict]:
+    "Render unit `u` of the pretraining corpus: one image, or a contrast pair (same person, or a look-alike, in another action); its records."
+    rng = np.random.default_rng([seed, _SPLIT_CODE['pretrain'], u])
     person = sample_person(rng)
-    scenes = list(SCENES) + list(PRETRAIN_SCENES)
+    scenes = list(SCENES) + list(UCC_SCENES) + list(PRETRAIN_SCENES)   # every scene: the web has shops and corridors
     scene = scenes[rng.integers(len(scenes))]
     kind, table = ('anomaly', ANOMALIES) if rng.random() < anomaly_rate else ('normal', NORMAL_ACTIONS)
-    action = list(table)[rng.integers(len(table))]
-    cam = sample_camera(rng)
-    im, kps = render_person(person, action, scene, int(rng.integers(2**31)), rng, image_size, cam)
-    text, _ = make_caption(person, action, scene, rng)
-    rel = f'train/imgs_{i // (2 * TRAIN_CHUNK)}/{i}.jpg'
-    _save_jpeg(im, Path(root) / rel, cam.jpeg_quality)
-    _save_jpeg(render_pose_map(kps, image_size), Path(root) / 'pose' / rel, 95)
-    return {'image': rel, 'caption': text, 'image_id': f'pt{i}', kind: action.capitalize(), 'scene': scene,
-            'person_id': _SPLIT_CODE['pretrain'] * 10_000_000 + i}
+    actions = [(kind, list(table)[rng.integers(len(table))])]
+    r = rng.random()
+    pair = 'same person' if r < SAME_PERSON_RATE else 'look-alike' if r < SAME_PERSON_RATE + LOOKALIKE_RATE else None
+    if pair:   # the second action: the other kind (normal ↔ anomaly) mostly, else another action of the same kind
+        kind2 = {'normal': 'anomaly', 'anomaly': 'normal'}[kind] if rng.random() < 0.7 else kind
+        t2 = [a for a in (ANOMALIES if kind2 == 'anomaly' else NORMAL_ACTIONS) if a != actions[0][1]]
+        actions.append((kind2, t2[rng.integers(len(t2))]))
+    scene_seed, style = int(rng.integers(2**31)), _draw(mix['style'], rng)
+    recs = []
+    for j, (kind, action) in enumerate(actions):
+        if j and pair == 'look-alike':   # another person with the same described attributes, seen by another camera
+            person = replace(person, skin=int(rng.integers(len(SKIN)))); scene_seed, style = int(rng.integers(2**31)), _draw(mix['style'], rng)
+        cam = sample_camera(rng, style, mix)
+        im, kps = render_person(person, action, scene, scene_seed, rng, image_size, cam)
+        grammar = _draw(mix['grammar'], rng)
+        text, _ = make_caption(person, action, scene, rng, grammar)
+        pose = render_pose_map(kps, image_size)
+        if cam.aspect != 1.0:   # a non-square frame: the loader resizes it back, as it resizes PAB's crops
+            wh = (max(16, round(image_size * min(cam.aspect, 1))), max(16, round(image_size / max(cam.aspect, 1))))
+            im, pose = im.resize(wh, Image.BILINEAR), pose.resize(wh, Image.BILINEAR)
+        rel = f'train/imgs_{u // (2 * TRAIN_CHUNK)}/{u}_{j}.jpg'
+        _save_jpeg(im, Path(root) / rel, cam.jpeg_quality)
+        _save_jpeg(pose, Path(root) / 'pose' / rel, 95)
+        recs.append({'image': rel, 'caption': text, 'image_id': f'pt{u}_{j}', kind: action.capitalize(), 'scene': scene,
+                     'person_id': _SPLIT_CODE['pretrain'] * 10_000_000 + 2 * u + (j and pair == 'look-alike'),
+                     'style': style, 'grammar': grammar, 'camera': _camera_tags(cam)})
+    if pair:   # link the two as PAB links counterparts (hard_i relative to train/)
+        a, b = recs
+        for x, y in ((a, b), (b, a)): x.update(hard_i=y['image'][len('train/'):], hard_c=y['caption'], hard_i_id=y['image_id'], pair=pair)
+    return recs
 
+def _camera_tags(cam: Camera) -> list[str]:
+    "Short tags of what a corpus camera did, for the corpus statistics."
+    return [t for t, on in (('night', cam.exposure[0] < 1), ('overexposed', cam.exposure[0] > 1), ('weather', cam.weather != 'normal'),
+                            ('cctv', cam.cctv), ('companion', cam.companion), ('small', cam.height[0] < 0.5), ('non-square', cam.aspect != 1))
+            if on]
 
 # %% ../../nbs/01_synthpab.ipynb #3a7d2c8e
-def _single_task(args): return render_single(*args)
+def _unit_task(args): return render_corpus_unit(*args)
 
 def _run_tasks(fn, tasks: list, workers: int | None, progress: bool) -> list:
     "fn over tasks in order, on a pool of `workers` processes (default: one per core, at most 8)."
@@ -715,22 +870,28 @@ def _run_tasks(fn, tasks: list, workers: int | None, progress: bool) -> list:
 
 def make_pretrain_corpus(out_dir, images: int = 100_000, val_pairs: int = 250, image_size: int = 96, seed: int = 0,
                          anomaly_rate: float = PRETRAIN_ANOMALY_RATE, workers: int | None = None, progress: bool = True) -> Path:
-    "Generate the pretraining corpus (train) and SynthPAB's val split under `out_dir`; deterministic for `seed`."
+    "Generate the pretraining corpus (about `images` images in units) and SynthPAB's val split under `out_dir`; deterministic for `seed`."
     if not isinstance(images, int) or images < 1: raise ValueError(f"images must be a positive int, got {images!r}")
     if not 0 <= anomaly_rate <= 1: raise ValueError(f"anomaly_rate must be in [0, 1], got {anomaly_rate}")
     root = Path(out_dir)
     if root.exists() and any(root.iterdir()): raise ValueError(f"{root} is not empty; give a new folder")
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    train = _run_tasks(_single_task, [(str(root), i, seed, image_size, anomaly_rate) for i in range(images)], workers, progress)
-    for c in range(0, images, 2 * TRAIN_CHUNK):
+    units = round(images / (1 + SAME_PERSON_RATE + LOOKALIKE_RATE))
+    train = [r for rs in _run_tasks(_unit_task, [(str(root), u, seed, image_size, anomaly_rate) for u in range(units)], workers, progress) for r in rs]
+    for c in range(0, len(train), 2 * TRAIN_CHUNK):
         _write_jsonl(root / f'annotation/train/attr_{c // (2 * TRAIN_CHUNK)}.json', train[c: c + 2 * TRAIN_CHUNK])
     if val_pairs:
         val = _run_tasks(_pair_task, [(str(root), 'val', i, seed, image_size, False) for i in range(val_pairs)], workers, False)
         _write_jsonl(root / 'annotation/val/attr.json', [r for rs in val for r in rs])
+    count = lambda key: {k: sum(r[key] == k for r in train) for k in sorted({r[key] for r in train})}
     meta = dict(name='SynthPAB-pretrain', version=SYNTHPAB_VERSION, seed=seed, image_size=image_size, images=images,
-                val_pairs=val_pairs, anomaly_rate=anomaly_rate, scenes=list(SCENES) + list(PRETRAIN_SCENES),
-                anomalies_written=sum('anomaly' in r for r in train), seconds=round(time.time() - t0, 1))
+                val_pairs=val_pairs, anomaly_rate=anomaly_rate, scenes=list(SCENES) + list(UCC_SCENES) + list(PRETRAIN_SCENES),
+                units=units, images_written=len(train), anomalies_written=sum('anomaly' in r for r in train),
+                pairs_written={k: sum(r.get('pair') == k for r in train) // 2 for k in ('same person', 'look-alike')},
+                styles=count('style'), grammars=count('grammar'),
+                cameras={t: sum(t in r['camera'] for r in train) for t in ('night', 'overexposed', 'weather', 'cctv', 'companion', 'small', 'non-square')},
+                mix=CORPUS_MIX, seconds=round(time.time() - t0, 1))
     (root / 'synthpab.json').write_text(json.dumps(meta, indent=1))
     return root
 
@@ -751,8 +912,7 @@ def show_pairs(root, split: str = 'train', n: int = 4, chars: int = 90, figsize=
     "Plot `n` normal/anomalous pairs of a SynthPAB (or PAB) folder with their pose maps and captions."
     import matplotlib.pyplot as plt, textwrap
     root = Path(root)
-    ann = {'train': 'annotation/train/attr_0.json', 'val': 'annotation/val/attr.json',
-           'test': 'annotation/test/attr.json', 'ucc': 'annotation/test/ucc.json'}[split]
+    ann = {'train': 'annotation/train/attr_0.json', **SPLIT_FILES}[split]
     recs = [json.loads(l) for l in (root / ann).read_text().splitlines()[: 2 * n]]
     fig, axs = plt.subplots(2, 2 * n, figsize=figsize or (3.2 * n, 4.6))
     for j, r in enumerate(recs):
@@ -774,6 +934,7 @@ def synthpab_cli(argv=None):
     ap.add_argument('--val-pairs', type=int, default=250)
     ap.add_argument('--test-pairs', type=int, default=1000)
     ap.add_argument('--ucc-pairs', type=int, default=1000)
+    ap.add_argument('--heldout-pairs', type=int, default=500, help='pairs of the held-out drawing style (no training sees it)')
     ap.add_argument('--image-size', type=int, default=96)
     ap.add_argument('--no-weather', action='store_true', help='skip the nine multi-weather copies of the test set')
     ap.add_argument('--seed', type=int, default=0)
@@ -781,7 +942,7 @@ def synthpab_cli(argv=None):
     a = ap.parse_args(argv)
     try:
         root = make_synthpab(a.out_dir, train_pairs=a.train_pairs, val_pairs=a.val_pairs, test_pairs=a.test_pairs,
-                             ucc_pairs=a.ucc_pairs, image_size=a.image_size, weather=not a.no_weather, seed=a.seed,
+                             ucc_pairs=a.ucc_pairs, heldout_pairs=a.heldout_pairs, image_size=a.image_size, weather=not a.no_weather, seed=a.seed,
                              workers=a.workers, progress=sys.stderr.isatty())
     except ValueError as e:
         ap.exit(2, f'tpas_synthpab: error: {e}\n')

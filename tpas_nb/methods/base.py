@@ -54,6 +54,7 @@ class MethodConfig:
     pose: bool = False              # CMP's pose-aware image encoder (PE): f_V = f_I + CA(f_P, f_I)
     ihnm: bool = False              # CMP's identity hard negatives: (I, T̃) and (Ĩ, T) as ITM negatives
     counterpart_batches: bool = False  # batches hold both records of each person (data.paired), without IHNM's ITM terms (GradCO's setting, 24_gradco)
+    contrast_pairs: bool = False    # pretraining: the corpus's contrast pairs share a batch and get IHNM's two ITM negatives; the other records none (42_pretrain)
     global_pool: str = ''           # '' = the backbone preset's; 'cls_avg' (paper: FC([AVG; CLS])), 'stripes' (official code) or 'grid' (tiny)
     embed_dim: int = 0              # E; 0 = the preset's (X-VLM: 256; official CMP code: 2048)
     label_smoothing: float = 0.2    # ITC label smoothing ε (official code 0.2)
@@ -178,7 +179,7 @@ class Method(nn.Module):
     def needs_counterparts(self) -> bool: return self.cfg.ihnm          # the loader skips the counterpart images otherwise
 
     @property
-    def paired_batches(self) -> bool: return self.cfg.ihnm or self.cfg.counterpart_batches   # each person's two records in one batch
+    def paired_batches(self) -> bool: return self.cfg.ihnm or self.cfg.counterpart_batches or self.cfg.contrast_pairs   # each person's two records in one batch
 
     @property
     def weights(self) -> dict:
@@ -287,10 +288,16 @@ class Method(nn.Module):
     def itm_loss(self, batch: dict, enc: Encoded, temp: Tensor, ihnm: bool | None = None) -> Tensor:
         "ITM over positives, in-batch hard negatives and (with IHNM; `ihnm` None = the config's) the identity counterparts, for the first itm_frac of the batch."
         idx, ihnm = batch['idx'], self.cfg.ihnm if ihnm is None else ihnm
-        pairs = build_itm_pairs(*self.itm_negatives(enc, idx, temp), ihnm=ihnm).first(self._share(self.cfg.itm_frac, len(idx)))
+        some = self.cfg.contrast_pairs and not ihnm                  # counterparts for the records that have one in the batch
+        pairs = build_itm_pairs(*self.itm_negatives(enc, idx, temp), ihnm=ihnm or some).first(self._share(self.cfg.itm_frac, len(idx)))
         (img, txt), mask = self.itm_inputs(enc), enc.mask
         hard_img = hard_txt = hard_mask = None
         if ihnm: txt, mask, hard_img, hard_txt, hard_mask = self.counterparts(batch, img, txt, mask)
+        if some:
+            p = batch['partner']
+            pairs = pairs.anchored(p >= 0)
+            q = p.clamp(min=0)
+            hard_img, hard_txt, hard_mask = img[q], txt[q], mask[q]
         logits = self.itm_logits(pairs.texts(txt, hard_txt), pairs.texts(mask, hard_mask), pairs.images(img, hard_img))   # N×2
         return itm_loss(logits, pairs.labels, pairs.group if self.cfg.itm_weighting == 'official' else None)
 
