@@ -99,7 +99,7 @@ class DataConfig:
     synth_val_pairs: int = 250      # SynthPAB validation pairs (model selection only)
     synth_test_pairs: int = 1000    # SynthPAB test pairs
     synth_ucc_pairs: int = 1000     # SynthPAB out-of-distribution (ucc) pairs
-    synth_heldout_pairs: int = 500  # SynthPAB pairs in the held-out drawing style (no training sees it; 01_synthpab)
+    synth_heldout_pairs: int = -1   # SynthPAB pairs in the held-out drawing style, which no training sees (01_synthpab); -1 = half of synth_test_pairs
     synth_image_size: int = 96      # SynthPAB image side in pixels
     synth_weather: bool = True      # also write the nine multi-weather copies of the test set
     train_split: str = 'train'      # training annotations: 'train' (annotation/train, PAB) or 'train_decouple' (SeDA's decomposed captions, 04_pab)

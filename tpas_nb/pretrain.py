@@ -20,8 +20,8 @@ from .train import Callback
 
 # %% auto #0
 __all__ = ['PRETRAIN_CORPUS', 'PRETRAIN_RECIPE', 'RECIPE_TRIALS', 'corpus_dir', 'pretrain_config', 'corpus_digest', 'loss_curve',
-           'checkpoint_paths', 'export_checkpoint', 'EpochWeightsCB', 'pretrain', 'zero_shot_metrics', 'pretrain_cli',
-           'recipe_trial']
+           'checkpoint_paths', 'write_checkpoint', 'export_checkpoint', 'pretrain_curve', 'EpochWeightsCB',
+           'corpus_vocab', 'pretrain', 'zero_shot_metrics', 'pretrain_cli', 'recipe_trial']
 
 # %% ../nbs/42_pretrain.ipynb #73a85dba
 PRETRAIN_CORPUS = dict(images=200_000, val_pairs=250, image_size=96, seed=0, anomaly_rate=PRETRAIN_ANOMALY_RATE)   # make_pretrain_corpus
@@ -29,7 +29,7 @@ PRETRAIN_CORPUS = dict(images=200_000, val_pairs=250, image_size=96, seed=0, ano
 PRETRAIN_RECIPE = dict(   # the RunConfig of the pretraining run (fields as in 00_config); each choice is discussed below
     method='xvlm', preset='tiny', init_checkpoint='', seed=0, device='cpu',
     method_args=dict(itm_neg_temp=0.05, itm_frac=0.5, mlm_frac=0.25, contrast_pairs=True),
-    epochs=12, batch_size=64, k_test=32, checkpoint_every=500,
+    epochs=6, batch_size=64, k_test=32, checkpoint_every=500, data=dict(num_workers=1),
     optim=dict(lr=1e-3, lr_min=1e-4, warmup_steps=1000))
 
 def corpus_dir(cache_dir: str = '', corpus: dict = PRETRAIN_CORPUS) -> Path:
@@ -74,13 +74,21 @@ def checkpoint_paths(dest=None, preset: str = 'tiny') -> dict[str, Path]:
     stem = (Path(dest) if dest else weights_dir()) / Path(PRETRAINED[preset]).stem
     return dict(weights=stem.with_suffix('.safetensors'), vocab=stem.with_suffix('.vocab.txt'), provenance=stem.with_suffix('.json'))
 
+def write_checkpoint(method, tok, paths: dict, step: int):
+    "`method`'s backbone in X-VLM's key layout (safetensors) at paths['weights'], the tokenizer's vocabulary at paths['vocab']."
+    from safetensors.torch import save_file
+    paths['weights'].parent.mkdir(parents=True, exist_ok=True)
+    sd = {k: v.contiguous() for k, v in to_xvlm_state_dict(method.backbone).items()}
+    atomic_write(paths['weights'], lambda p: save_file(sd, str(p), metadata={'format': 'x-vlm', 'step': str(step)}))
+    vocab = vocab_list(tok)
+    atomic_write(paths['vocab'], lambda p: p.write_text('\n'.join(vocab) + '\n', encoding='utf-8'))
+
 def export_checkpoint(run_dir,             # a finished pretraining run folder
                       dest=None,           # folder of the exported files (default: tpas_nb/weights)
                       command: str = '',   # the command that made it, for the provenance
                       extra: dict | None = None, # more provenance (corpus parameters and digest, evaluations)
                      ) -> dict[str, Path]:
     "Write the run's selected weights in X-VLM's key layout (safetensors), its vocabulary and its provenance."
-    from safetensors.torch import save_file
     run_dir = Path(run_dir)
     if not (run_dir / 'metrics.json').exists(): raise ValueError(f"{run_dir}: the run has not finished (no metrics.json); run it to the end first")
     config, metrics = load_config(run_dir / 'config.yaml'), json.loads((run_dir / 'metrics.json').read_text())
@@ -88,11 +96,7 @@ def export_checkpoint(run_dir,             # a finished pretraining run folder
     method = build_run_method(config, tok, run_dir)
     step = load_weights(method, run_dir / 'best.safetensors')
     paths = checkpoint_paths(dest, config.preset)
-    paths['weights'].parent.mkdir(parents=True, exist_ok=True)
-    sd = {k: v.contiguous() for k, v in to_xvlm_state_dict(method.backbone).items()}
-    atomic_write(paths['weights'], lambda p: save_file(sd, str(p), metadata={'format': 'x-vlm', 'step': str(step)}))
-    vocab = vocab_list(tok)
-    atomic_write(paths['vocab'], lambda p: p.write_text('\n'.join(vocab) + '\n', encoding='utf-8'))
+    write_checkpoint(method, tok, paths, step)
     B = metrics['train']['global_batch']
     prov = dict(command=command, config=to_dict(config), seed=config.seed, selected_step=step, samples_seen=metrics['train']['samples'],
                 sha256=file_digest(paths['weights']), vocab_sha256=file_digest(paths['vocab']), size_bytes=paths['weights'].stat().st_size,
@@ -103,6 +107,28 @@ def export_checkpoint(run_dir,             # a finished pretraining run folder
     atomic_write(paths['provenance'], lambda p: p.write_text(json.dumps(prov, indent=1)))
     return paths
 
+def pretrain_curve(run_dir,                 # a pretraining run folder with epochs/<n>.safetensors (EpochWeightsCB)
+                   out_dir,                 # where each epoch's checkpoint and its zero-shot run are written
+                   cache_dir: str = '',     # the SynthPAB cache (default: $TPAS_NB_CACHE or ~/.cache/tpas_nb)
+                   progress: bool = False,
+                  ) -> list[dict]:          # one row per epoch: samples seen, then R@1 / hard-pair / ITC R@1 per split, action probes
+    "The weights at every epoch's end as they are (zero-shot) on SynthPAB's val, test, ucc and heldout: the learning curve off the corpus."
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    config = load_config(run_dir / 'config.yaml')
+    tok = pab_tokenizer(PABFolder(config.data.root), config.data.vocab or None)
+    method = build_run_method(config, tok, run_dir)
+    rows = []
+    for f in sorted((run_dir / 'epochs').glob('*.safetensors'), key=lambda p: int(p.stem)):
+        step, here = load_weights(method, f), out_dir / f'epoch{f.stem}'
+        paths = checkpoint_paths(here, config.preset)
+        write_checkpoint(method, tok, paths, step)
+        zs = zero_shot_metrics(paths['weights'], here / 'run', cache_dir, progress)
+        row = dict(epoch=int(f.stem), samples=step * config.global_batch())
+        for s, r in zs.items():
+            if isinstance(r, dict) and 'R1' in r: row.update({f'{s} R@1': r['R1'], f'{s} hard-pair': r['hard_pair_acc'], f'{s} ITC R@1': r['itc_R1']})
+        row.update({f'probe {k}': v for k, v in zs['action_probe'].items() if k in ('image', 'text')})
+        rows.append(row)
+    return rows
 
 # %% ../nbs/42_pretrain.ipynb #e376e58c
 class EpochWeightsCB(Callback):
@@ -110,6 +136,15 @@ class EpochWeightsCB(Callback):
     order = 31
     def after_step(self, t):
         if t.end_of_epoch and t.main: save_weights(t.net, t.out / 'epochs' / f'{t.st.epoch}.safetensors', t.st.step)
+
+def corpus_vocab(root) -> Path:
+    "The pretraining run's vocabulary, built from the grammar (`build_vocab(grammar_captions())`) once and kept in the corpus folder."
+    path = Path(root) / 'grammar_vocab.txt'
+    if not path.exists():
+        from tpas_nb.data.pab import build_vocab
+        from tpas_nb.data.synth import grammar_captions
+        atomic_write(path, lambda p: p.write_text('\n'.join(build_vocab(grammar_captions())) + '\n', encoding='utf-8'))
+    return path
 
 def pretrain(out_dir='runs/pretrain',          # the run folder (resumed when it exists)
              cache_dir: str = '',              # where the corpus is generated once (default: $TPAS_NB_CACHE or ~/.cache/tpas_nb)
@@ -123,7 +158,9 @@ def pretrain(out_dir='runs/pretrain',          # the run folder (resumed when it
             ) -> Path:                         # the run folder
     "Generate (or reuse) the corpus, train the recipe (resuming a killed run) and, once it is done, export the checkpoint."
     root = ensure_pretrain_corpus(corpus_dir(cache_dir, corpus), **corpus, progress=progress)
-    run = train(pretrain_config(out_dir, root, **overrides), progress=progress, stop_after=stop_after, callbacks=(EpochWeightsCB(),))
+    vocab = corpus_vocab(root)
+    run = train(pretrain_config(out_dir, root, **{'data': {'vocab': str(vocab)}, **overrides}), progress=progress, stop_after=stop_after,
+                callbacks=(EpochWeightsCB(),))
     if not (run / 'metrics.json').exists(): return run                       # stopped on purpose
     extra = dict(corpus=dict(corpus, digest=corpus_digest(root), generator_version=SYNTHPAB_VERSION,
                              written=json.loads((root / 'synthpab.json').read_text())))
@@ -138,7 +175,9 @@ def zero_shot_metrics(weights, out_dir, cache_dir: str = '', progress: bool = Fa
     "The checkpoint as it is (xvlm, epochs 0) on the default SynthPAB's test and ucc, and its action probes on val."
     from tpas_nb.config import from_flat
     from tpas_nb.eval.diagnostics import action_probe
-    cfg = from_flat('cpu', method='xvlm', epochs=0, init_checkpoint=str(weights), out_dir=str(out_dir), cache_dir=cache_dir or None)
+    side = Path(weights).with_suffix('.vocab.txt')   # the checkpoint's own vocabulary, which SynthPAB folders use once it ships
+    cfg = from_flat('cpu', method='xvlm', epochs=0, init_checkpoint=str(weights), out_dir=str(out_dir), cache_dir=cache_dir or None,
+                    **({'vocab': str(side)} if side.exists() else {}))
     run = train(cfg, progress=progress)
     m = json.loads((run / 'metrics.json').read_text())
     folder = PABFolder(resolve_data_root(cfg.data, progress=False)); tok = pab_tokenizer(folder)

@@ -88,7 +88,7 @@ def load_or_embed(path,                 # the .pt file of this embedding
 def synth_params(data: DataConfig) -> dict:
     "`ensure_synthpab` keyword arguments of a DataConfig."
     return dict(train_pairs=data.synth_train_pairs, val_pairs=data.synth_val_pairs, test_pairs=data.synth_test_pairs,
-                ucc_pairs=data.synth_ucc_pairs, heldout_pairs=data.synth_heldout_pairs, image_size=data.synth_image_size, weather=data.synth_weather, seed=data.synth_seed)
+                ucc_pairs=data.synth_ucc_pairs, heldout_pairs=data.synth_test_pairs // 2 if data.synth_heldout_pairs < 0 else data.synth_heldout_pairs, image_size=data.synth_image_size, weather=data.synth_weather, seed=data.synth_seed)
 
 def synth_cache_dir(data: DataConfig) -> Path:
     "Where the SynthPAB of these parameters lives: <cache>/synthpab_<hash of parameters and generator version>."

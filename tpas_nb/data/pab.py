@@ -18,10 +18,11 @@ from ..config import progress as show_progress
 from .eda import eda, read_synonyms, synthpab_synonyms
 
 # %% auto #0
-__all__ = ['TRAIN_FIELDS', 'COUNTERPART_FIELDS', 'TEST_FIELDS', 'SUB_KEYS', 'PAB_STATS', 'TRAIN_SPLITS', 'SPECIALS', 'MEAN',
-           'STD', 'PABError', 'read_pab', 'PABFolder', 'build_vocab', 'make_tokenizer', 'synthpab_vocab',
-           'pab_tokenizer', 'PairTransform', 'person_units', 'subset_positions', 'subset_manifest', 'PABTrainDataset',
-           'PABTestDataset', 'TrainCollate', 'resolve_synonyms', 'split_stats', 'validate_pab', 'validate_cli']
+__all__ = ['TRAIN_FIELDS', 'COUNTERPART_FIELDS', 'TEST_FIELDS', 'SUB_KEYS', 'PAB_STATS', 'TRAIN_SPLITS', 'SPECIALS',
+           'SYNTHPAB_VOCAB', 'MEAN', 'STD', 'PABError', 'read_pab', 'PABFolder', 'build_vocab', 'make_tokenizer',
+           'synthpab_vocab', 'pab_tokenizer', 'PairTransform', 'person_units', 'subset_positions', 'subset_manifest',
+           'PABTrainDataset', 'PABTestDataset', 'TrainCollate', 'resolve_synonyms', 'split_stats', 'validate_pab',
+           'validate_cli']
 
 # %% ../../nbs/04_pab.ipynb #62a25e51
 class PABError(ValueError):
@@ -184,19 +185,23 @@ def make_tokenizer(vocab_file):
     if missing: raise PABError(f"{vocab_file}: vocabulary lacks the special tokens {missing}")
     return BertTokenizer(vocab={t: i for i, t in enumerate(tokens)}, do_lower_case=True)
 
+SYNTHPAB_VOCAB = 'weights/xvlm_tiny_synthpab.vocab.txt'   # in the package: the shipped tiny X-VLM's vocabulary (42_pretrain)
+
 def synthpab_vocab() -> list[str]:
-    "The one vocabulary of every SynthPAB folder and of the pretraining corpus: `build_vocab` of the grammar's captions."
-    from tpas_nb.data.synth import grammar_captions
-    return build_vocab(grammar_captions())
+    "The one vocabulary of every SynthPAB folder and of the pretraining corpus: the shipped checkpoint's, as BERT's is X-VLM's."
+    from importlib.resources import files
+    return (Path(str(files('tpas_nb'))) / SYNTHPAB_VOCAB).read_text(encoding='utf-8').splitlines()
 
 def pab_tokenizer(folder: PABFolder, vocab_file=None):
-    "The tokenizer of a PAB root: the given vocab, or (SynthPAB only) `synthpab_vocab()`, cached as vocab.txt."
+    "The tokenizer of a PAB root: the given vocab, or (SynthPAB only) `synthpab_vocab()`, kept as the folder's vocab.txt."
     if vocab_file: return make_tokenizer(vocab_file)
     cached = folder.root / 'vocab.txt'
-    if not cached.exists():
-        if not folder.synthetic:
-            raise PABError(f"{folder.root}: real PAB needs a BERT vocabulary: pass the vocab.txt of bert-base-uncased (data.vocab)")
-        cached.write_text('\n'.join(synthpab_vocab()) + '\n', encoding='utf-8')
+    if not folder.synthetic:
+        if cached.exists(): return make_tokenizer(cached)
+        raise PABError(f"{folder.root}: real PAB needs a BERT vocabulary: pass the vocab.txt of bert-base-uncased (data.vocab)")
+    want = synthpab_vocab()
+    if not cached.exists() or cached.read_text(encoding='utf-8').splitlines() != want:   # a new shipped checkpoint brings its vocabulary
+        cached.write_text('\n'.join(want) + '\n', encoding='utf-8')
     return make_tokenizer(cached)
 
 # %% ../../nbs/04_pab.ipynb #752ce0b6

@@ -337,7 +337,8 @@ STYLES = {   # drawing style -> what it changes; which splits use it is the desi
     'flat':  'flat colours, round limb caps: SynthPAB\'s synthetic drawing (fine-tuning)',
     'real':  'shaded limbs, textured clothes and ground, a cast shadow, depth of field and vignetting (test, ucc; in the corpus)',
     'toon':  'thick ink outlines, cel-shaded posterised colours and a large head (corpus only)',
-    'pixel': 'a low-resolution sprite: square head, hard-edged limbs, a 24-colour palette (held out: no training sees it)',
+    'pixel': 'a low-resolution sprite: square head, hard-edged limbs, a 24-colour palette (no training sees it; a near shift, OOD_VARIANTS)',
+    'sketch': 'coloured ink lines and a light wash on paper, the scene in grey pencil (held out: no training sees it)',
 }
 
 CAMERAS = {
@@ -345,7 +346,7 @@ CAMERAS = {
     'test': Camera(height=(0.62, 0.76), style='real', blur=0.4, noise=4.0, saturation=0.85, tint=(1.04, 1.0, 0.95), jpeg_quality=80),
     'ucc': Camera(height=(0.46, 0.58), shift=0.22, squash=0.85, style='real', blur=0.5, noise=7.0, saturation=0.6,
                   tint=(0.95, 1.05, 0.95), jpeg_quality=75, cctv=True),
-    'heldout': Camera(height=(0.62, 0.76), style='pixel', noise=3.0, jpeg_quality=85),
+    'heldout': Camera(height=(0.62, 0.76), style='sketch', noise=2.0, jpeg_quality=85),
 }
 CAMERAS['val'] = CAMERAS['train']
 
@@ -533,7 +534,16 @@ def _style_image(im: Image.Image, bg: Image.Image, style: str, rng: np.random.Ge
         return Image.fromarray(np.clip(a * light[..., None], 0, 255).astype(np.uint8))
     if style == 'toon':   # posterised colours, saturated
         return ImageEnhance.Color(ImageOps.posterize(im, 3)).enhance(1.3)
-    if style == 'pixel':  # a sprite at a quarter of the resolution with a small palette
+    if style == 'sketch':  # line art: the person's contours in their colours over a light wash, the scene's in grey, on paper
+        a, b = np.asarray(im, np.float32), np.asarray(bg.resize(im.size, Image.BOX), np.float32)
+        person = (np.abs(a - b).sum(-1) > 24)[..., None]
+        edges = lambda x: np.maximum(np.abs(np.diff(x, axis=0, append=x[-1:])).max(-1), np.abs(np.diff(x, axis=1, append=x[:, -1:])).max(-1))
+        ink = np.asarray(Image.fromarray((edges(a) > 40).astype(np.uint8) * 255).filter(ImageFilter.MaxFilter(3)))[..., None] > 0
+        pencil = (edges(b) > 30)[..., None]
+        paper = np.array([244, 240, 228], np.float32)
+        out = np.where(person & ink, a * 0.85, np.where(person, 0.75 * paper + 0.25 * a, np.where(pencil, paper * 0.55, paper)))
+        return Image.fromarray(np.clip(out, 0, 255).astype(np.uint8))
+    if style == 'pixel':  # a sprite at a third of the resolution with a small palette
         n = max(8, im.width // 3)
         small = im.resize((n, n), Image.BOX).quantize(24, dither=Image.Dither.NONE).convert('RGB')
         return small.resize(im.size, Image.NEAREST)
@@ -702,8 +712,10 @@ def _write_jsonl(path: Path, records: list[dict]):
 
 def make_synthpab(out_dir, train_pairs: int = 5000, val_pairs: int = 250, test_pairs: int = 1000,
                   ucc_pairs: int = 1000, image_size: int = 96, weather: bool = True, seed: int = 0,
-                  heldout_pairs: int = 500, workers: int | None = None, progress: bool = True) -> Path:
+                  heldout_pairs: int | None = None, # pairs in the held-out style; None = half of test_pairs (500 by default)
+                  workers: int | None = None, progress: bool = True) -> Path:
     "Generate SynthPAB under `out_dir` (PAB layout) and return its path; deterministic for `seed`."
+    if heldout_pairs is None: heldout_pairs = test_pairs // 2
     sizes = dict(train=train_pairs, val=val_pairs, test=test_pairs, ucc=ucc_pairs, heldout=heldout_pairs)
     for k, v in sizes.items():
         if not isinstance(v, int) or v < 0: raise ValueError(f"{k}_pairs must be a non-negative int, got {v!r}")
@@ -744,10 +756,11 @@ def ensure_synthpab(cache_dir, **kwargs) -> Path:
     "Reuse the SynthPAB in `cache_dir` if it was made with the same parameters, else generate it there."
     root = Path(cache_dir)
     meta_path = root / 'synthpab.json'
-    params = dict(train_pairs=5000, val_pairs=250, test_pairs=1000, ucc_pairs=1000, image_size=96, weather=True, seed=0, heldout_pairs=500)
+    params = dict(train_pairs=5000, val_pairs=250, test_pairs=1000, ucc_pairs=1000, image_size=96, weather=True, seed=0, heldout_pairs=None)
     unknown = set(kwargs) - set(params) - {'workers', 'progress'}
     if unknown: raise ValueError(f"unknown SynthPAB parameter(s) {sorted(unknown)}; valid: {sorted(params)}")
     params.update({k: v for k, v in kwargs.items() if k in params})
+    if params['heldout_pairs'] is None: params['heldout_pairs'] = params['test_pairs'] // 2
     if meta_path.exists():
         m = json.loads(meta_path.read_text())
         have = dict(train_pairs=m['pairs']['train'], val_pairs=m['pairs']['val'], test_pairs=m['pairs']['test'],
@@ -771,6 +784,7 @@ OOD_VARIANTS: dict[str, tuple[str, Camera]] = {   # name -> (scenes: 'seen' | 'u
     'seen scenes, ucc camera, test framing': ('seen', _camera_mix(CAMERAS['ucc'], CAMERAS['test'], 'height', 'shift', 'squash')),
     'seen scenes, ucc camera, test colours': ('seen', _camera_mix(CAMERAS['ucc'], CAMERAS['test'], 'saturation', 'tint')),
     'seen scenes, ucc camera, no time-stamp bar': ('seen', _camera_mix(CAMERAS['ucc'], CAMERAS['test'], 'cctv')),
+    'seen scenes, pixel sprites (a near unseen style)': ('seen', replace(CAMERAS['heldout'], style='pixel', noise=3.0)),
 }
 
 def make_test_variant(out_dir, variant: str, pairs: int = 250, seed: int = 0, image_size: int = 96) -> Path:
@@ -934,7 +948,7 @@ def synthpab_cli(argv=None):
     ap.add_argument('--val-pairs', type=int, default=250)
     ap.add_argument('--test-pairs', type=int, default=1000)
     ap.add_argument('--ucc-pairs', type=int, default=1000)
-    ap.add_argument('--heldout-pairs', type=int, default=500, help='pairs of the held-out drawing style (no training sees it)')
+    ap.add_argument('--heldout-pairs', type=int, default=None, help='pairs of the held-out drawing style, which no training sees (default: half of --test-pairs)')
     ap.add_argument('--image-size', type=int, default=96)
     ap.add_argument('--no-weather', action='store_true', help='skip the nine multi-weather copies of the test set')
     ap.add_argument('--seed', type=int, default=0)

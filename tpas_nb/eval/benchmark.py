@@ -99,9 +99,10 @@ def benchmark_protocols(splits: dict,   # benchmark_run's 'splits'
             prot['weather'][r] = dict(per, mean=weather_mean(per))
         used |= {weather_split(w) for w in conds}
     else: conds = []
-    if 'ucc' in splits:
-        prot['ucc'] = {r: {e: get('ucc', r, e) for e in _SUBSETS} for r in rankings}
-        used.add('ucc')
+    for split in ('ucc', 'heldout'):   # UCC (CMP Tab. 4); SynthPAB's held-out drawing style, which no training sees
+        if split in splits:
+            prot[split] = {r: {e: get(split, r, e) for e in _SUBSETS} for r in rankings}
+            used.add(split)
     if other := [s for s in splits if s not in used]:
         prot['other'] = {r: {s: get(s, r, 'all') for s in other} for r in rankings}
     return prot, conds
@@ -201,7 +202,8 @@ def evaluate_run(run_dir,                  # a folder written by `train`
 
 # %% ../../nbs/32_protocols.ipynb #8bc827ae
 PROTOCOL_NAMES = dict(pab='PAB test (CMP Tab. 3)', identity_vs_behaviour='identity vs behaviour (CMP Tab. 5)',
-                      weather='multi-weather (CMP Tab. 2)', ucc='UCC, OOD (CMP Tab. 4)', other='other splits')
+                      weather='multi-weather (CMP Tab. 2)', ucc='UCC, OOD (CMP Tab. 4)',
+                      heldout='held-out style (no training sees it)', other='other splits')
 _ENTRY_NAMES = dict(_SUBSETS, behaviour='behaviour search (the task)', identity='identity search (traditional)')
 
 def _entry_name(protocol: str, entry: str, n_conditions: int) -> str:
@@ -228,7 +230,8 @@ def summary_table(result: dict):
     p, nan = result['protocols'], float('nan')
     pick = lambda prot, entry, r, k: ((p.get(prot, {}).get(r) or {}).get(entry) or {}).get(k, nan)
     cols = [('PAB', 'pab', 'all'), ('PAB-Normal', 'pab', 'normal'), ('PAB-Anomaly', 'pab', 'anomaly'),
-            ('identity search', 'identity_vs_behaviour', 'identity'), ('weather mean', 'weather', 'mean'), ('UCC', 'ucc', 'all')]
+            ('identity search', 'identity_vs_behaviour', 'identity'), ('weather mean', 'weather', 'mean'), ('UCC', 'ucc', 'all'),
+            ('held-out style', 'heldout', 'all')]
     return pd.DataFrame({r: {f'{name} {k}': pick(prot, e, r, k) for name, prot, e in cols for k in ('R1', 'mAP')}
                          for r in result['rankings']}).T
 
