@@ -29,10 +29,11 @@ def copy(synth, tmp_path):
 
 def test_synthpab_layout(synth):
     for rel in ['annotation/train/attr_0.json', 'annotation/val/attr.json', 'annotation/test/attr.json',
-                'annotation/test/ucc.json', 'annotation/multi-weather/multi-weather_dark_snow.json', 'synthpab.json']:
+                'annotation/test/ucc.json', 'annotation/test/heldout.json', 'annotation/multi-weather/multi-weather_dark_snow.json', 'synthpab.json']:
         assert (synth / rel).exists(), rel
     meta = json.loads((synth / 'synthpab.json').read_text())
-    assert meta['images'] == {'train': 24, 'val': 4, 'test': 8, 'ucc': 4}
+    assert meta['images'] == {'train': 24, 'val': 4, 'test': 8, 'ucc': 4, 'heldout': 4}   # heldout: half of test by default
+    assert meta['styles'] == {'train': 'flat', 'val': 'flat', 'test': 'real', 'ucc': 'real', 'heldout': 'sketch'}
     recs = [json.loads(l) for l in (synth / 'annotation/train/attr_0.json').read_text().splitlines()]
     assert len(recs) == 24
     by_id = {r['image_id']: r for r in recs}
