@@ -156,7 +156,9 @@ class PABFolder:
         for r, where in zip(show_progress(recs, progress), locs):
             for rel in [r['image']] + (['train/' + r['hard_i']] if 'hard_i' in r else []):
                 if not self.image_path(rel).exists(): raise PABError(f"{where}: image not found: {self.image_path(rel)}")
-                if pose and not self.pose_path(rel).exists(): raise PABError(f"{where}: pose map not found: {self.pose_path(rel)}")
+                if pose and not self.pose_path(rel).exists():
+                    raise PABError(f"{where}: pose map not found: {self.pose_path(rel)}; this method reads pose maps: make them with "
+                                   "tpas_nb.data.convert.write_pose_maps (05_convert, 'Pose maps'), or train a method without pose (xvlm)")
         if split in TRAIN_SPLITS:
             ids = {r['image_id'] for r in recs}
             for r, where in zip(recs, locs):
@@ -304,8 +306,9 @@ class PABTrainDataset(Dataset):
         "Raise a PABError naming the first record without a counterpart (hard_i, hard_c, hard_i_id) in this dataset."
         bad = next((i for i, r in enumerate(self.records) if 'hard_i' not in r), None)
         if bad is not None:
-            raise PABError(f"{self.where[bad]}: the record has no counterpart (hard_i, hard_c, hard_i_id), which "
-                           "identity hard negatives (ihnm) need; train a method without ihnm on this corpus")
+            raise PABError(f"{self.where[bad]}: the record has no counterpart (hard_i, hard_c, hard_i_id), which identity hard "
+                           "negatives (ihnm) and counterpart batches (counterpart_batches) need; on this data pass ihnm=False / "
+                           "counterpart_batches=False (05_convert's check_method_data names what a method needs)")
 
     def _pair(self, rel):
         img = _load_rgb(self.folder.image_path(rel))
