@@ -403,6 +403,8 @@ def _copy_assets(out, nbs):
         shutil.copytree(es5, dst, ignore=lambda d, names: [n for n in names if Path(d) == es5 and n in bundles],
                         dirs_exist_ok=True)
     shutil.copy(Path(nbs) / 'styles.css', out / 'styles.css')
+    if (Path(nbs) / 'images').is_dir():   # screenshots and figures the pages link to (Quarto copies them too)
+        shutil.copytree(Path(nbs) / 'images', out / 'images', dirs_exist_ok=True)
     (out / 'preview.css').write_text(_preview_css())
 
 
