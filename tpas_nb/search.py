@@ -4,7 +4,8 @@
 
 # %% ../nbs/50_search.ipynb #d240b5ea
 from __future__ import annotations
-import argparse, hashlib, os, shutil, sys, textwrap, time, warnings
+import argparse, asyncio, errno, hashlib, os, shutil, socket, sys, textwrap, threading, time, warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +19,10 @@ from .eval.retrieval import embed_gallery, embed_queries, rank, similarity
 from .runs import Run, RunError, atomic_write, synth_cache_dir
 
 # %% auto #0
-__all__ = ['IMAGE_EXTS', 'CACHE_DIR', 'POSE_DIR', 'CACHE_VERSION', 'SearchError', 'run_key', 'load_run', 'find_images',
-           'read_image', 'GalleryFolder', 'pose_folder', 'image_signatures', 'read_cache', 'Searcher', 'plot_results',
-           'explorer', 'search_cli']
+__all__ = ['IMAGE_EXTS', 'CACHE_DIR', 'POSE_DIR', 'CACHE_VERSION', 'PAGE', 'MAX_QUERY', 'DEFAULT_PORT', 'SearchError', 'run_key',
+           'load_run', 'find_images', 'read_image', 'GalleryFolder', 'pose_folder', 'image_signatures', 'read_cache',
+           'peak_rss_mb', 'Searcher', 'plot_results', 'explorer', 'pab_records', 'IndexedFolder', 'make_app', 'bind',
+           'Served', 'serve', 'search_cli']
 
 # %% ../nbs/50_search.ipynb #c7bbaee7
 class SearchError(Exception):
@@ -136,6 +138,18 @@ def read_cache(path, key: str, pose_dir) -> dict | None:
     ok = isinstance(c, dict) and c.get('version') == CACHE_VERSION and c.get('run') == key and c.get('pose') == _pose_key(pose_dir)
     return c if ok else None
 
+# %% ../nbs/50_search.ipynb #9c552ec9
+def peak_rss_mb() -> float | None:
+    "Peak resident memory (RSS) of this process so far, in MB: Linux's VmHWM, else getrusage; None where neither exists."
+    status = Path('/proc/self/status')
+    if status.exists():
+        hwm = [l for l in status.read_text().splitlines() if l.startswith('VmHWM:')]
+        if hwm: return int(hwm[0].split()[1]) / 1024                   # kB
+    try: import resource
+    except ImportError: return None                                    # Windows
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return r / 2**20 if sys.platform == 'darwin' else r / 1024          # macOS: bytes, else KB
+
 # %% ../nbs/50_search.ipynb #c398cef5
 class Searcher:
     "Text search over an image folder with a trained run: `index(folder)` once, then `search(query)`."
@@ -149,7 +163,7 @@ class Searcher:
         self.run, self.method, self.weights = load_run(self.run_dir, self.device)
         self.config, self.tokenizer, self.max_len, self.key = self.run.config, self.run.tokenizer, self.run.max_len, run_key(self.run)
         self.folder = self.pose_dir = self.gallery = self.cache_file = None
-        self.paths, self.n_embedded = [], 0
+        self.paths, self.n_embedded, self.index_seconds, self.index_rss_mb = [], 0, None, (None, None)
 
     def __repr__(self):
         g = f"{len(self.paths)} images of {self.folder}" if self.gallery is not None else 'no folder indexed'
@@ -162,6 +176,7 @@ def _index(self: Searcher,
            cache_dir=None,         # where <run_key>.pt goes; None: folder/.tpas_cache; False: no cache
           ) -> Searcher:
     "Embed the images of `folder` (only those the cache lacks) and keep them for `search`."
+    t0, rss0 = time.time(), peak_rss_mb()
     folder = Path(folder)
     excl = [pose] if pose is not None else []
     paths = find_images(folder, exclude=excl)
@@ -191,6 +206,7 @@ def _index(self: Searcher,
                                                           paths=paths, sigs=sigs, **gallery), p))
         except OSError as e: warnings.warn(f"cannot write the embedding cache {cache} ({e}); pass cache_dir (--cache-dir) to keep it elsewhere")
     self.folder, self.pose_dir, self.paths, self.gallery, self.cache_file, self.n_embedded = folder, pose_dir, paths, gallery, cache, len(todo)
+    self.index_seconds, self.index_rss_mb = time.time() - t0, (rss0, peak_rss_mb())
     return self
 
 Searcher.index = _index
@@ -283,14 +299,438 @@ def explorer(searcher: Searcher, query: str = '', topk: int = 5, k_test: int = 1
     update()
     return W.VBox([W.HBox([box, k]), out])
 
+# %% ../nbs/50_search.ipynb #5547554b
+#| code-fold: true
+PAGE = r"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>tpas_search</title>
+<style>
+  :root { --ink: #1f2328; --muted: #656d76; --line: #d0d7de; --accent: #0969da; --bad: #cf222e; --itm: #8250df; --itc: #1a7f37; }
+  * { box-sizing: border-box; }
+  body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--ink); background: #f6f8fa; }
+  header { background: #fff; border-bottom: 1px solid var(--line); padding: 14px 24px 12px; }
+  h1 { font-size: 18px; margin: 0 0 2px; }
+  #info { color: var(--muted); font-size: 13px; }
+  main { padding: 16px 24px 40px; }
+  form#search { display: flex; gap: 8px; flex-wrap: wrap; align-items: center; }
+  #q { flex: 1 1 420px; font-size: 16px; padding: 8px 10px; border: 1px solid var(--line); border-radius: 6px; }
+  #q:focus { outline: 2px solid var(--accent); border-color: var(--accent); }
+  button { font-size: 15px; padding: 8px 16px; border-radius: 6px; border: 1px solid #1f883d; background: #1f883d; color: #fff; cursor: pointer; }
+  label { color: var(--muted); font-size: 14px; white-space: nowrap; }
+  select, input[type=number] { font-size: 14px; padding: 4px; }
+  #error { display: none; margin: 12px 0 0; padding: 10px 12px; border: 1px solid var(--bad); border-radius: 6px; background: #ffebe9; color: var(--bad); white-space: pre-wrap; }
+  #status { margin: 12px 0 8px; color: var(--muted); font-size: 14px; min-height: 1.4em; }
+  #results { list-style: none; margin: 0; padding: 0; display: grid; grid-template-columns: repeat(auto-fill, minmax(150px, 1fr)); gap: 12px; }
+  #results li { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 8px; cursor: pointer; }
+  #results li:hover, #results li:focus { border-color: var(--accent); box-shadow: 0 0 0 2px #54aeff66; outline: none; }
+  #results img { width: 100%; aspect-ratio: 1; object-fit: contain; background: #eaeef2; border-radius: 4px; display: block; }
+  .rank { font-weight: 600; }
+  .score { font-size: 13px; font-variant-numeric: tabular-nums; display: flex; flex-wrap: wrap; column-gap: 10px; }
+  .score span { white-space: nowrap; }
+  .stage { font-size: 11px; font-weight: 600; padding: 0 5px; border-radius: 8px; color: #fff; margin-left: 4px; }
+  .stage.itm { background: var(--itm); } .stage.itc { background: var(--itc); }
+  .path { font-size: 12px; color: var(--muted); overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+  #legend { color: var(--muted); font-size: 12.5px; margin-top: 18px; }
+  #folderform { margin-top: 10px; display: flex; gap: 6px; align-items: center; font-size: 13px; color: var(--muted); }
+  #folderform input { flex: 0 1 420px; font-size: 13px; padding: 4px 6px; border: 1px solid var(--line); border-radius: 4px; }
+  #folderform button { font-size: 13px; padding: 4px 10px; background: #fff; color: var(--ink); border-color: var(--line); }
+  #detail { display: none; position: fixed; inset: 0; background: #1f232899; align-items: center; justify-content: center; padding: 24px; }
+  #detail.open { display: flex; }
+  #card { background: #fff; border-radius: 10px; max-width: 980px; width: 100%; max-height: 100%; overflow: auto; padding: 18px 20px; position: relative; }
+  #close { position: absolute; right: 12px; top: 10px; background: #fff; color: var(--ink); border-color: var(--line); padding: 2px 10px; }
+  #pics { display: flex; gap: 16px; flex-wrap: wrap; margin-top: 8px; }
+  #pics figure { margin: 0; flex: 1 1 300px; max-width: 440px; }
+  #pics img { width: 100%; aspect-ratio: 1; object-fit: contain; background: #eaeef2; border-radius: 6px; image-rendering: auto; }
+  #pics figcaption { color: var(--muted); font-size: 13px; text-align: center; }
+  #d-title { font-size: 16px; font-weight: 600; margin-right: 60px; }
+  #d-query { margin: 12px 0 0; color: var(--muted); font-size: 14px; }
+  #d-caption { margin: 6px 0 4px; font-size: 15px; white-space: pre-wrap; }
+  .label { font-weight: 600; color: var(--ink); }
+  #d-meta { color: var(--muted); font-size: 13px; }
+  .none { color: var(--muted); font-style: italic; }
+</style>
+</head>
+<body>
+<header>
+  <h1>tpas_search</h1>
+  <div id="info">loading…</div>
+</header>
+<main>
+  <form id="search" autocomplete="off">
+    <input id="q" name="q" type="search" placeholder="describe a person and what they are doing, e.g. a man in a red jacket lying on the ground" autofocus>
+    <button type="submit" id="go">Search</button>
+    <label>top <select id="topk"><option>10</option><option selected>20</option><option>50</option><option>100</option></select></label>
+    <label><input type="checkbox" id="itm" checked> ITM re-ranking of the top <span id="ktest">128</span></label>
+  </form>
+  <div id="error" role="alert"></div>
+  <div id="status" data-state="idle"></div>
+  <ol id="results"></ol>
+  <p id="legend">Click an image to see it larger. <span class="stage itm">ITM</span> the cross encoder's match logit (the images it
+    re-ranked come first, in its order); <span class="stage itc">ITC</span> the cosine similarity of the sentence's and the image's
+    features, which ranks every image. Both are shown for the re-ranked images.</p>
+  <form id="folderform" autocomplete="off">
+    <span>Index another folder:</span><input id="folder" placeholder="/path/to/images"><button type="submit">Index</button>
+  </form>
+</main>
+<div id="detail" role="dialog" aria-modal="true">
+  <div id="card">
+    <button id="close" type="button" aria-label="close">✕</button>
+    <div id="d-title"></div>
+    <div id="pics">
+      <figure><img id="d-img" alt="image"><figcaption>image</figcaption></figure>
+      <figure id="d-posefig"><img id="d-pose" alt="pose map"><figcaption>pose map</figcaption></figure>
+    </div>
+    <div id="d-query"></div>
+    <div id="d-caption"></div>
+    <div id="d-meta"></div>
+  </div>
+</div>
+<script>
+"use strict";
+const $ = id => document.getElementById(id);
+const enc = p => p.split('/').map(encodeURIComponent).join('/');
+let last = [], lastQuery = '';
+
+function showError(msg) { const e = $('error'); e.textContent = msg; e.style.display = msg ? 'block' : 'none'; }
+function setStatus(text, state) { const s = $('status'); s.textContent = text; s.dataset.state = state; }
+
+async function getJSON(url, opts) {
+  let r;
+  try { r = await fetch(url, opts); } catch (e) { throw new Error('the server does not answer (' + e.message + '): is tpas_search --serve still running?'); }
+  let body = null;
+  try { body = await r.json(); } catch (e) { }
+  if (!r.ok) throw new Error((body && body.detail) ? body.detail : ('HTTP ' + r.status));
+  return body;
+}
+
+async function loadInfo() {
+  try {
+    const i = await getJSON('api/info');
+    $('info').textContent = i.summary;
+    $('ktest').textContent = i.k_test;
+    $('itm').disabled = i.k_test === 0;
+    if (!i.n_images) setStatus('no folder indexed: index one below', 'idle');
+  } catch (e) { $('info').textContent = ''; showError(e.message); }
+}
+
+async function search(push) {
+  const q = $('q').value, topk = $('topk').value, itm = $('itm').checked;
+  showError('');
+  const params = new URLSearchParams({ q: q, topk: topk, itm: itm ? '1' : '0' });
+  if (push) history.pushState(null, '', '?' + params.toString());
+  setStatus('searching…', 'busy');
+  try {
+    const r = await getJSON('api/search?' + params.toString());
+    last = r.results; lastQuery = r.query;
+    render(r);
+    setStatus(`top ${r.results.length} of ${r.n_images.toLocaleString('en')} images for “${r.query}” · ` +
+              (r.k_test ? `ITC over all, ITM re-ranking of the top ${r.k_test}` : 'ITC only') + ` · ${r.ms.toFixed(0)} ms`, 'done');
+  } catch (e) {
+    last = []; $('results').replaceChildren(); setStatus('', 'error'); showError(e.message);
+  }
+}
+
+function render(r) {
+  const items = r.results.map(x => {
+    const li = document.createElement('li');
+    li.tabIndex = 0; li.dataset.rank = x.rank; li.dataset.path = x.path; li.dataset.score = x.score; li.dataset.stage = x.stage;
+    const img = document.createElement('img'); img.src = x.image; img.alt = x.path; img.loading = 'lazy';
+    img.onerror = () => { img.alt = 'cannot load ' + x.path; };
+    const head = document.createElement('div');
+    const rk = document.createElement('span'); rk.className = 'rank'; rk.textContent = '#' + x.rank;
+    const st = document.createElement('span'); st.className = 'stage ' + x.stage; st.textContent = x.stage.toUpperCase();
+    head.append(rk, st);
+    const sc = document.createElement('div'); sc.className = 'score';
+    for (const t of (x.stage === 'itm' ? [`ITM ${x.score.toFixed(2)}`] : []).concat([`ITC ${x.itc_score.toFixed(3)}`])) {
+      const s = document.createElement('span'); s.textContent = t; sc.append(s);
+    }
+    const p = document.createElement('div'); p.className = 'path'; p.textContent = x.path; p.title = x.path;
+    li.append(img, head, sc, p);
+    li.onclick = () => openDetail(x);
+    li.onkeydown = e => { if (e.key === 'Enter') openDetail(x); };
+    return li;
+  });
+  $('results').replaceChildren(...items);
+}
+
+async function openDetail(x) {
+  $('d-title').textContent = `#${x.rank} · ${x.path} · ` +
+    (x.stage === 'itm' ? `ITM ${x.score.toFixed(2)} · ITC ${x.itc_score.toFixed(3)}` : `ITC ${x.itc_score.toFixed(3)}`);
+  $('d-img').src = x.image;
+  $('d-query').textContent = ''; $('d-caption').textContent = ''; $('d-meta').textContent = ''; $('d-posefig').style.display = 'none';
+  $('detail').classList.add('open'); $('detail').dataset.path = x.path;
+  try {
+    const it = await getJSON('api/item?' + new URLSearchParams({ path: x.path }).toString());
+    if (it.pose) { $('d-pose').src = it.pose; $('d-posefig').style.display = ''; }
+    labelled($('d-query'), 'your query: ', '“' + lastQuery + '”');
+    if (it.captions.length) labelled($('d-caption'), it.captions.length > 1 ? 'its captions: ' : 'its caption: ', it.captions.map(c => '“' + c + '”').join('\n'));
+    else labelled($('d-caption'), 'its caption: ', 'none (the folder is not a split of a PAB dataset with annotations)', 'none');
+    $('d-meta').textContent = it.meta;
+  } catch (e) { $('d-meta').textContent = e.message; }
+}
+function labelled(el, label, text, cls) {
+  const l = document.createElement('span'); l.className = 'label'; l.textContent = label;
+  const t = document.createElement('span'); t.textContent = text; if (cls) t.className = cls;
+  el.replaceChildren(l, t);
+}
+function closeDetail() { $('detail').classList.remove('open'); }
+
+$('search').onsubmit = e => { e.preventDefault(); search(true); };
+$('close').onclick = closeDetail;
+$('detail').onclick = e => { if (e.target === $('detail')) closeDetail(); };
+document.addEventListener('keydown', e => { if (e.key === 'Escape') closeDetail(); });
+$('folderform').onsubmit = async e => {
+  e.preventDefault(); showError(''); setStatus('indexing ' + $('folder').value + ' …', 'busy');
+  try {
+    const r = await getJSON('api/index', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ folder: $('folder').value }) });
+    setStatus(r.summary, 'indexed'); $('results').replaceChildren(); await loadInfo();
+  } catch (err) { setStatus('', 'error'); showError(err.message); }
+};
+
+function fromURL() {
+  const u = new URLSearchParams(location.search);
+  $('q').value = u.get('q') || '';
+  const k = u.get('topk');
+  if (k && ![...$('topk').options].some(o => o.value === k)) $('topk').add(new Option(k));
+  if (k) $('topk').value = k;
+  if (u.has('itm')) $('itm').checked = u.get('itm') !== '0';
+  return u;
+}
+window.onpopstate = () => { fromURL(); if ($('q').value) search(false); };
+(async () => {
+  await loadInfo();
+  const u = fromURL();
+  if (u.has('q')) {
+    await search(false);
+    const o = parseInt(u.get('open') || '0');
+    if (o >= 1 && o <= last.length) await openDetail(last[o - 1]);
+  }
+})();
+</script>
+</body>
+</html>
+"""   # the search page: plain HTML + JavaScript, no framework, nothing fetched from the internet
+
+# %% ../nbs/50_search.ipynb #0ec87f6c
+def pab_records(folder) -> tuple:
+    "(PAB root, {image path relative to `folder`: its annotation record}) if `folder` is in a PAB / SynthPAB root, else (None, {})."
+    folder = Path(folder).resolve()
+    root = next((p for p in (folder, *folder.parents) if (p / 'annotation').is_dir()), None)
+    if root is None: return None, {}
+    pre = folder.relative_to(root).as_posix()
+    pre = '' if pre == '.' else pre + '/'                              # records name images relative to the root: test/12.jpg
+    out = {}
+    try:
+        pab = PABFolder(root)
+        for split in pab.splits():
+            for r in pab.records(split):
+                if r['image'].startswith(pre): out.setdefault(r['image'][len(pre):], r)
+    except (PABError, ValueError) as e:
+        warnings.warn(f"{root}: cannot read its annotations ({e}); the page shows no captions")
+        return root, {}
+    return root, out
+
+# %% ../nbs/50_search.ipynb #842369b9
+class IndexedFolder:
+    "What the page shows of the folder a Searcher indexed: its captions and pose maps, the indexing time and memory."
+    def __init__(self, searcher: Searcher):
+        s = self.searcher = searcher
+        if s.gallery is None: raise SearchError("no folder indexed yet: call Searcher.index(folder) first")
+        self.folder, self.paths = s.folder, set(s.paths)
+        self.root, self.records = pab_records(s.folder)
+        self.cache_mb = s.cache_file.stat().st_size / 2**20 if s.cache_file is not None and s.cache_file.exists() else None
+        self.gallery_mb = sum(v.nbytes for v in s.gallery.values()) / 2**20        # feat + tokens + mask in memory
+
+    def pose_map(self, rel: str) -> Path | None:
+        "The pose map of image `rel`: in the searcher's pose folder, FOLDER/pose, or ROOT/pose/<split> of a PAB root."
+        where = [self.searcher.pose_dir, self.folder / POSE_DIR]
+        if self.root is not None: where.append(self.root / POSE_DIR / self.folder.resolve().relative_to(self.root))
+        return next((Path(d) / rel for d in where if d is not None and (Path(d) / rel).is_file()), None)
+
+    def summary(self) -> str:
+        "One line: images, run, indexing time, cache and memory."
+        s, (rss0, rss1) = self.searcher, self.searcher.index_rss_mb
+        out = [f"{len(s.paths):,} images of {s.folder}", f"run {s.run_dir} ({s.config.method}, {s.weights.name})",
+               f"indexed in {s.index_seconds:.1f} s ({s.n_embedded:,} embedded, {len(s.paths) - s.n_embedded:,} from the cache)"]
+        if self.cache_mb is not None: out.append(f"cache {self.cache_mb:.1f} MB")
+        if rss1 is not None: out.append(f"peak memory {rss1:,.0f} MB ({rss0:,.0f} MB before indexing)")
+        if self.records: out.append(f"{sum(p in self.records for p in s.paths):,} with captions")
+        return ' · '.join(out)
+
+# %% ../nbs/50_search.ipynb #24c89267
+MAX_QUERY = 2000   # characters: a longer query is refused (the model reads its first max_len tokens anyway)
+
+def _url(prefix: str, rel: str) -> str:
+    "prefix/<rel> with each path segment percent-encoded."
+    from urllib.parse import quote
+    return prefix + '/'.join(quote(p, safe='') for p in rel.split('/'))
+
+def make_app(searcher: Searcher,                     # a Searcher, usually with a folder indexed
+             topk: int = 20,                         # images shown per query unless the page asks for another number
+             k_test: int = 128,                      # images re-ranked by ITM (the page's check box turns it off: ITC only)
+             hosts=('127.0.0.1', 'localhost'),       # Host headers answered (None: any); a guard against DNS rebinding
+            ):                                       # a FastAPI app
+    "The search page and its JSON API over `searcher` (routes in the table above)."
+    from fastapi import Body, FastAPI, Query
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+    from starlette.exceptions import HTTPException
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+    app = FastAPI(title='tpas_search', docs_url=None, redoc_url=None, openapi_url=None)
+    if hosts: app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))
+    lock = threading.Lock()                 # one search or indexing at a time: they share the model and the gallery
+    state = dict(folder=IndexedFolder(searcher) if searcher.gallery is not None else None)
+
+    def fail(status: int, msg: str): raise HTTPException(status, msg)
+    def error(status: int, msg: str): return JSONResponse({'detail': msg}, status_code=status)
+
+    @app.exception_handler(SearchError)     # the user's input: an empty folder, an unreadable image, a bad query
+    async def _user_error(request, e): return error(400, str(e))
+    @app.exception_handler(RequestValidationError)
+    async def _bad_parameter(request, e):
+        return error(400, 'bad request: ' + '; '.join(f"{'.'.join(map(str, x['loc'][1:]))}: {x['msg']}" for x in e.errors()))
+    @app.exception_handler(HTTPException)
+    async def _http(request, e):
+        if e.status_code == 404 and e.detail == 'Not Found': return error(404, f"no such page: {request.url.path} (the search page is /)")
+        return error(e.status_code, e.detail)
+    @app.exception_handler(Exception)       # a bug: say so on the page; the server keeps running
+    async def _bug(request, e): return error(500, f"internal error ({type(e).__name__}: {e}); the server keeps running")
+
+    @app.get('/', response_class=HTMLResponse)
+    def page(): return PAGE
+
+    @app.get('/api/info')
+    def info():
+        f = state['folder']
+        return dict(summary=f.summary() if f else f"run {searcher.run_dir} ({searcher.config.method}); no folder indexed",
+                    method=searcher.config.method, run=str(searcher.run_dir), topk=topk, k_test=k_test,
+                    folder=str(searcher.folder) if f else None, n_images=len(searcher.paths) if f else 0,
+                    n_embedded=searcher.n_embedded if f else 0, index_seconds=searcher.index_seconds if f else None,
+                    rss_before_index_mb=searcher.index_rss_mb[0] if f else None, peak_rss_mb=searcher.index_rss_mb[1] if f else None,
+                    peak_rss_now_mb=peak_rss_mb(), cache_mb=f.cache_mb if f else None, gallery_mb=f.gallery_mb if f else None)
+
+    @app.get('/api/search')
+    def search(q: str = '', topk: int = Query(topk, ge=1, le=500), itm: int = Query(1, ge=0, le=1)):
+        if not q.strip(): fail(400, "the query is empty: type a sentence that describes the person, "
+                                    "e.g. 'a man in a red jacket lying on the ground'")
+        if len(q) > MAX_QUERY: fail(400, f"the query has {len(q):,} characters, more than {MAX_QUERY:,}; "
+                                         f"the model reads only its first {searcher.max_len} tokens")
+        if state['folder'] is None: fail(400, "no folder indexed yet: index one (the box at the bottom of the page)")
+        with lock:
+            t = time.perf_counter()
+            df = searcher.search(q, topk, k_test if itm else 0)
+            ms = 1000 * (time.perf_counter() - t)
+        res = [dict(rank=r.rank, path=r.path, score=r.score, itc_score=r.itc_score, stage=r.stage, image=_url('image/', r.path))
+               for r in df.itertuples()]
+        return dict(query=q, topk=topk, k_test=k_test if itm else 0, n_images=len(searcher.paths), ms=ms, results=res)
+
+    def known(path: str) -> IndexedFolder:
+        f = state['folder']
+        if f is None or path not in f.paths: fail(404, f"not an image of the indexed folder: {path!r}")
+        return f
+
+    @app.get('/image/{path:path}')
+    def image(path: str):
+        file = known(path).folder / path
+        if not file.is_file(): fail(404, f"{file}: the file is gone since the folder was indexed")
+        return FileResponse(file)
+
+    @app.get('/pose/{path:path}')
+    def pose(path: str):
+        file = known(path).pose_map(path)
+        if file is None: fail(404, f"no pose map for {path!r}")
+        return FileResponse(file)
+
+    @app.get('/api/item')
+    def item(path: str):
+        f = known(path)
+        r = f.records.get(path, {})
+        meta = [str(f.folder / path)] + [f"{k}: {r[k]}" for k in ('scene', 'normal', 'anomaly', 'person_id', 'image_id') if k in r]
+        return dict(path=path, captions=list(r.get('caption', [])), record={k: v for k, v in r.items() if k != 'caption'},
+                    meta=' · '.join(meta), pose=_url('pose/', path) if f.pose_map(path) is not None else None)
+
+    @app.post('/api/index')         # JSON only: a cross-site form cannot send it (no CORS is granted)
+    def index(folder: str = Body(embed=True),               # the image folder
+              pose: str | None = Body(None, embed=True)):   # its pose-map folder (None: FOLDER/pose if present)
+        if not folder.strip(): fail(400, "give the folder to index")
+        with lock:                  # a failure (SearchError: 400) leaves the previous folder indexed
+            searcher.index(Path(folder).expanduser(), pose)
+            state['folder'] = IndexedFolder(searcher)
+        return dict(summary=state['folder'].summary(), n_images=len(searcher.paths))
+
+    return app
+
+# %% ../nbs/50_search.ipynb #fdb94824
+DEFAULT_PORT = 8765
+
+def bind(host: str, port: int) -> socket.socket:
+    "A listening socket on host:port (port 0: a free one), or a SearchError that says what to do."
+    sock = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        busy = e.errno == errno.EADDRINUSE
+        raise SearchError(f"cannot listen on {host}:{port} ({e.strerror or e}): " +
+                          ('another program uses this port; pass another --port, or --port 0 for a free one' if busy else 'check --host')) from None
+    sock.listen(128)
+    return sock
+
+@dataclass
+class Served:
+    "A search page running in a background thread: open `url`; `stop()` ends it."
+    url: str
+    server: object            # the uvicorn.Server
+    thread: threading.Thread
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(10)
+
+def serve(searcher: Searcher,            # a Searcher, usually with a folder indexed (the page can index another)
+          host: str = '127.0.0.1',       # the address to listen on: only this machine by default
+          port: int = DEFAULT_PORT,      # 0: a free port (printed)
+          topk: int = 20,                # images per query (the page can ask for 10 to 100)
+          k_test: int = 128,             # images re-ranked by ITM (0: ITC only)
+          block: bool = True,            # serve until Ctrl+C; False: in a background thread, return a `Served` (notebooks)
+          query: str = '',               # a query to put in the printed address
+         ) -> Served | None:
+    "Serve the search page of `searcher` at http://host:port/."
+    import uvicorn
+    from urllib.parse import urlencode
+    if block:
+        try: asyncio.get_running_loop(); running = True
+        except RuntimeError: running = False
+        if running: raise SearchError("an event loop runs in this thread (a notebook?): call serve(..., block=False), which returns at once")
+    sock = bind(host, port)
+    port = sock.getsockname()[1]
+    local = host in ('0.0.0.0', '::', '')
+    app = make_app(searcher, topk, k_test, hosts=None if local else (host, 'localhost', '127.0.0.1'))
+    server = uvicorn.Server(uvicorn.Config(app, log_level='warning', access_log=False))
+    name = '127.0.0.1' if local else f'[{host}]' if ':' in host else host
+    url = f"http://{name}:{port}/" + (f"?{urlencode(dict(q=query))}" if query else '')
+    if not block:
+        t = threading.Thread(target=server.run, kwargs=dict(sockets=[sock]), daemon=True, name=f'tpas_search:{port}')
+        t.start()
+        while not server.started and t.is_alive(): time.sleep(0.01)
+        if not t.is_alive(): raise SearchError(f"the server on {host}:{port} stopped at once (see the messages above)")
+        return Served(url, server, t)
+    print(f"serving the search page at {url} (Ctrl+C to stop)", flush=True)
+    server.run(sockets=[sock])
+
 # %% ../nbs/50_search.ipynb #091411bb
 def search_cli(argv=None):
-    "Console script `tpas_search`: search a folder of images with text queries and a trained run."
-    ap = argparse.ArgumentParser(prog='tpas_search', description='Search a folder of images with text, using a trained tpas_nb run.')
+    "Console script `tpas_search`: search a folder of images with text queries and a trained run, or serve the search page (--serve)."
+    ap = argparse.ArgumentParser(prog='tpas_search', description='Search a folder of images with text, using a trained tpas_nb run: '
+                                 'print and save the top images of each --query, or serve a search page (--serve).')
     ap.add_argument('--run', required=True, help='run folder (config.yaml + best.safetensors or checkpoint.safetensors)')
-    ap.add_argument('--gallery', required=True, help='image folder (jpg/jpeg/png/webp, searched recursively)')
-    ap.add_argument('--query', required=True, action='append', help='a text query (repeat for several)')
-    ap.add_argument('--topk', type=int, default=5, help='images per query (default 5)')
+    ap.add_argument('--gallery', help='image folder (jpg/jpeg/png/webp, searched recursively); optional with --serve (index one from the page)')
+    ap.add_argument('--query', action='append', help='a text query (repeat for several); with --serve, the first is put in the printed address')
+    ap.add_argument('--topk', type=int, default=None, help='images per query (default 5; with --serve 20)')
     ap.add_argument('--k-test', type=int, default=128, help='images re-ranked by ITM per query (default 128; 0: ITC only)')
     ap.add_argument('--pose', default=None, help='pose-map folder, same relative paths as the gallery (default: GALLERY/pose if present)')
     ap.add_argument('--out', default='tpas_search_out', help='output folder for results.csv and query_<i>.jpg (default tpas_search_out)')
@@ -298,19 +738,30 @@ def search_cli(argv=None):
     ap.add_argument('--cache-dir', default=None, help='where the embedding cache goes (default GALLERY/.tpas_cache)')
     ap.add_argument('--no-cache', action='store_true', help='embed every image, read and write no cache')
     ap.add_argument('--batch-size', type=int, default=64, help='images per embedding call (default 64)')
+    ap.add_argument('--serve', action='store_true', help='serve a search page instead: type a sentence, see the ranked images')
+    ap.add_argument('--host', default='127.0.0.1', help='with --serve: the address to listen on (default 127.0.0.1, this machine only)')
+    ap.add_argument('--port', type=int, default=DEFAULT_PORT, help=f'with --serve: the port (default {DEFAULT_PORT}; 0: a free one, printed)')
     a = ap.parse_args(argv)
+    if not a.serve and not (a.gallery and a.query): ap.error('--gallery and --query are required (or --serve for the search page)')
+    topk = a.topk or (20 if a.serve else 5)
     import matplotlib
     ipython = sys.modules.get('IPython')
     if ipython is None or ipython.get_ipython() is None: matplotlib.use('Agg')    # a shell: no windows (keep a notebook's backend)
     import matplotlib.pyplot as plt
     try:
-        if not find_images(a.gallery, exclude=[a.pose] if a.pose else []):        # before loading the model
+        if a.gallery and not find_images(a.gallery, exclude=[a.pose] if a.pose else []):        # before loading the model
             raise SearchError(f"{a.gallery}: no images ({', '.join(IMAGE_EXTS)}) in this folder or its subfolders")
+        if a.serve: bind(a.host, a.port).close()                                  # a busy port: say so before indexing
         t0 = time.time()
         s = Searcher(a.run, a.device, a.batch_size, progress=sys.stderr.isatty())
-        s.index(a.gallery, a.pose, cache_dir=False if a.no_cache else a.cache_dir)
+        if a.gallery: s.index(a.gallery, a.pose, cache_dir=False if a.no_cache else a.cache_dir)
         t1 = time.time()
-        df = s.search(a.query, a.topk, a.k_test)
+        if a.serve:
+            print(f"tpas_search: {IndexedFolder(s).summary() if a.gallery else f'run {s.run_dir} ({s.config.method}); no folder indexed'}", flush=True)
+            serve(s, a.host, a.port, topk, a.k_test, query=(a.query or [''])[0])
+            print("tpas_search: stopped")
+            return
+        df = s.search(a.query, topk, a.k_test)
         out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
         df.drop(columns='query_index').to_csv(out / 'results.csv', index=False)
         for i in range(len(a.query)):
