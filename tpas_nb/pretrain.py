@@ -182,7 +182,7 @@ def zero_shot_metrics(weights, out_dir, cache_dir: str = '', progress: bool = Fa
                     **({'vocab': str(side)} if side.exists() else {}))
     run = train(cfg, progress=progress)
     m = json.loads((run / 'metrics.json').read_text())
-    folder = PABFolder(resolve_data_root(cfg.data, progress=False)); tok = pab_tokenizer(folder)
+    folder = PABFolder(resolve_data_root(cfg.data, progress=False)); tok = pab_tokenizer(folder, cfg.data.vocab or None)
     method = build_run_method(cfg, tok, run); load_weights(method, run / 'best.safetensors')
     keep = lambda r: dict(r['all'], hard_pair_acc=r['hard_pair_acc'], itc_R1=r['itc']['all']['R1'], itc_hard_pair_acc=r['itc']['hard_pair_acc'])
     return dict({s: keep(r) for s, r in m['splits'].items()}, k_test=cfg.k_test,
