@@ -111,6 +111,7 @@ def pretrain_curve(run_dir,                 # a pretraining run folder with epoc
                    out_dir,                 # where each epoch's checkpoint and its zero-shot run are written
                    cache_dir: str = '',     # the SynthPAB cache (default: $TPAS_NB_CACHE or ~/.cache/tpas_nb)
                    progress: bool = False,
+                   epochs=None,             # the epochs to evaluate (default: every kept one)
                   ) -> list[dict]:          # one row per epoch: samples seen, then R@1 / hard-pair / ITC R@1 per split, action probes
     "The weights at every epoch's end as they are (zero-shot) on SynthPAB's val, test, ucc and heldout: the learning curve off the corpus."
     run_dir, out_dir = Path(run_dir), Path(out_dir)
@@ -119,6 +120,7 @@ def pretrain_curve(run_dir,                 # a pretraining run folder with epoc
     method = build_run_method(config, tok, run_dir)
     rows = []
     for f in sorted((run_dir / 'epochs').glob('*.safetensors'), key=lambda p: int(p.stem)):
+        if epochs is not None and int(f.stem) not in epochs: continue
         step, here = load_weights(method, f), out_dir / f'epoch{f.stem}'
         paths = checkpoint_paths(here, config.preset)
         write_checkpoint(method, tok, paths, step)
