@@ -51,8 +51,8 @@ def test_papermill_benchmark(smoke_run, tmp_path):
     ok(papermill(nb, '-p', 'run_dir', smoke_run, '-p', 'k_test', '0,4', '-p', 'progress', False, '-p', 'ood_pairs', 2))
     b = json.loads((smoke_run / 'benchmark.json').read_text())
     assert b['rankings'] == ['itc', 'itm@4'] and b['k_tests'] == [0, 4]
-    assert sorted(b['splits']) == sorted(['test', 'ucc'] + [f'weather:{w}' for w in WEATHERS[1:]])
-    assert list(b['protocols']) == ['pab', 'identity_vs_behaviour', 'weather', 'ucc']
+    assert sorted(b['splits']) == sorted(['test', 'ucc', 'heldout'] + [f'weather:{w}' for w in WEATHERS[1:]])
+    assert list(b['protocols']) == ['pab', 'identity_vs_behaviour', 'weather', 'ucc', 'heldout']
     assert b['weather_conditions'] == WEATHERS
     p = b['protocols']
     for r in b['rankings']:
@@ -66,10 +66,10 @@ def test_papermill_benchmark(smoke_run, tmp_path):
             assert abs(p['weather'][r]['mean'][k] - mean) < 1e-9
         assert p['pab'][r]['all'] == p['weather'][r]['normal'] == b['splits']['test']['rankings'][r]['all']
     assert {s['n_queries'] for s in b['splits'].values()} == {8, 4}
-    assert b['embeddings'] == dict(gallery_computed=11, gallery_read=0, queries_computed=2, queries_read=0)
+    assert b['embeddings'] == dict(gallery_computed=12, gallery_read=0, queries_computed=3, queries_read=0)   # test, ucc, heldout, 9 weather
     emb = smoke_run / 'embeddings'
     assert len(list(emb.glob('weather_*.pt'))) == 9 and (emb / 'test.pt').exists() and (emb / 'ucc.pt').exists()
-    assert len(list(emb.glob('queries_*.pt'))) == 2
+    assert len(list(emb.glob('queries_*.pt'))) == 3
     assert (smoke_run / 'benchmark_weather.png').stat().st_size > 0
     cells = json.loads(nb.read_text())['cells']
     assert any(c.get('metadata', {}).get('tags') == ['injected-parameters'] for c in cells)

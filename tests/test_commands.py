@@ -108,7 +108,8 @@ def paper_files(tmp_path_factory):
     from tpas_nb.methods import build_method
     from tpas_nb.models.encoders import to_xvlm_state_dict
     d = tmp_path_factory.mktemp('paper')
-    root = make_synthpab(d / 'PAB', train_pairs=11, val_pairs=0, test_pairs=2, ucc_pairs=2, image_size=64, weather=False, progress=False)
+    root = make_synthpab(d / 'PAB', train_pairs=11, val_pairs=0, test_pairs=2, ucc_pairs=2, heldout_pairs=0, image_size=64, weather=False,
+                         progress=False)   # real PAB's splits: no held-out style
     (root / 'synthpab.json').unlink()
     vocab = d / 'bert-base-uncased' / 'vocab.txt'
     vocab.parent.mkdir(); vocab.write_text('\n'.join(synthpab_vocab()) + '\n')

@@ -80,7 +80,7 @@ def test_papermill_smoke(cache, tmp_path):
     assert {'config.yaml', 'checkpoint.safetensors', 'state.pt', 'best.safetensors', 'log.jsonl', 'metrics.json',
             'loss_curves.png', 'retrieval_examples.png'} <= names, names
     m = json.loads((out / 'metrics.json').read_text())
-    assert sorted(m['splits']) == ['test', 'ucc', 'val']
+    assert sorted(m['splits']) == ['heldout', 'test', 'ucc', 'val']
     for split in m['splits'].values():
         for subset in ('all', 'normal', 'anomaly', 'identity'):
             assert set(split[subset]) == {'R1', 'R5', 'R10', 'mAP', 'mINP'}
