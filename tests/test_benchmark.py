@@ -77,7 +77,7 @@ def test_papermill_benchmark(smoke_run, tmp_path):
     assert sum('image/png' in o.get('data', {}) for o in outs) == 1, 'the weather plot is shown'
     assert sum('text/html' in o.get('data', {}) for o in outs) >= 4, 'summary, protocol, split and ucc-factor tables are rendered'
     ood = json.loads((smoke_run / 'ood_factors.json').read_text())
-    assert len(ood) == 7 and all(0 <= r['R@1'] <= 100 and r['gallery'] == 4 for r in ood.values())
+    assert len(ood) == 8 and all(0 <= r['R@1'] <= 100 and r['gallery'] == 4 for r in ood.values())
 
 
 def test_papermill_no_weights(smoke_run, tmp_path):
