@@ -71,6 +71,7 @@ def test_papermill_benchmark(smoke_run, tmp_path):
     assert len(list(emb.glob('weather_*.pt'))) == 9 and (emb / 'test.pt').exists() and (emb / 'ucc.pt').exists()
     assert len(list(emb.glob('queries_*.pt'))) == 3
     assert (smoke_run / 'benchmark_weather.png').stat().st_size > 0
+    assert (smoke_run / 'report.html').read_text().count('<html') == 1        # 51_report's page, written by the benchmark
     cells = json.loads(nb.read_text())['cells']
     assert any(c.get('metadata', {}).get('tags') == ['injected-parameters'] for c in cells)
     outs = [o for c in cells if c['cell_type'] == 'code' for o in c.get('outputs', [])]
