@@ -1,6 +1,5 @@
 "End-to-end and bad-input tests of the data command-line tools: tpas_synthpab and tpas_validate."
-import json, shutil, subprocess, sys
-from pathlib import Path
+import json, shutil, subprocess
 
 import pytest
 

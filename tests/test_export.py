@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from tpas_nb.config import RunConfig, DataConfig, OptimConfig, save_config
+from tpas_nb.config import RunConfig, save_config
+from toy_runs import one_thread, tiny_synthpab, trained_run
 
 METHOD = 'cmp'   # the image encoder with two inputs (image, pose map); the notebook checks all four methods
 
@@ -26,18 +27,10 @@ def cli(*args) -> tuple:
 @pytest.fixture(scope='module')
 def exported(tmp_path_factory):
     "(SynthPAB root, run folder, export folder, tpas_export's stdout): one export shared by the tests of this module."
-    from tpas_nb.data.synth import make_synthpab
-    from tpas_nb.train import train
     tmp = tmp_path_factory.mktemp('export')
-    sp = make_synthpab(tmp / 'sp', train_pairs=8, val_pairs=2, test_pairs=4, ucc_pairs=0, heldout_pairs=0, image_size=48,
-                       weather=False, progress=False, workers=1)
-    cfg = RunConfig(method=METHOD, data=DataConfig(root=str(sp)), init_checkpoint='pretrained', epochs=1, batch_size=8, max_steps=2,
-                    k_test=4, eval_batch=8, out_dir=str(tmp / 'run'), device='cpu', optim=OptimConfig(lr=1e-4, lr_min=1e-5, warmup_steps=1))
-    threads = torch.get_num_threads(); torch.set_num_threads(1)
-    try:
-        run = train(cfg, progress=False, final_splits=())
-        status, out, err = cli(run, tmp / 'onnx')
-    finally: torch.set_num_threads(threads)
+    sp = tiny_synthpab(tmp / 'sp', train_pairs=8, val_pairs=2)
+    run = trained_run(tmp / 'run', METHOD, sp, lr=1e-4, init_checkpoint='pretrained')
+    with one_thread(): status, out, err = cli(run, tmp / 'onnx')
     assert status == 0, f"tpas_export exited {status}\nSTDOUT:\n{out}\nSTDERR:\n{err[-4000:]}"
     return sp, run, tmp / 'onnx', out
 

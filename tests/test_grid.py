@@ -1,7 +1,6 @@
 """The `tpas_grid` console script: a dry run lists every run of a grid as missing and writes nothing; a bad
 `--set` key fails before anything runs, naming the valid keys; `--status` reports a finished run."""
-import json, os, subprocess, sys
-from pathlib import Path
+import json, os, subprocess
 
 from tpas_nb.grid import GRIDS, arm_slug
 

@@ -6,32 +6,23 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import torch
 
-from tpas_nb.config import RunConfig, DataConfig, save_config
-from tpas_nb.data.pab import PABFolder, pab_tokenizer
-from tpas_nb.data.synth import make_synthpab
+from tpas_nb.config import RunConfig
 from tpas_nb.eval.benchmark import benchmark_run
 from tpas_nb.eval.leaderboard import (AnswerError, SUBSET_01M, leaderboard_protocol, leaderboard_table, make_distractor_folder,
                                       rank_splits, read_answer, read_query_index, score_answer, write_track4)
-from tpas_nb.runs import build_run_method, save_weights
+from toy_runs import one_thread, tiny_synthpab, untrained_run
 
 
 @pytest.fixture(scope='module')
 def toy(tmp_path_factory):
     "(run folder, distractor folder, tmp): a seeded CMP on a SynthPAB of 4 test pairs, and 12 distractors of another seed."
     tmp = tmp_path_factory.mktemp('leaderboard')
-    threads = torch.get_num_threads(); torch.set_num_threads(1)
-    try:
-        sp = make_synthpab(tmp / 'sp', train_pairs=4, val_pairs=1, test_pairs=4, ucc_pairs=0, heldout_pairs=0, image_size=48,
-                           weather=False, progress=False, workers=1)
+    with one_thread():
+        sp = tiny_synthpab(tmp / 'sp')
         dis = make_distractor_folder(tmp / 'distractors', images=12, image_size=48, workers=1)
-        config = RunConfig(method='cmp', data=DataConfig(root=str(sp)), k_test=4, eval_batch=8, device='cpu', out_dir=str(tmp / 'run'))
-        torch.manual_seed(0)
-        m = build_run_method(config, pab_tokenizer(PABFolder(sp)))
-        save_config(config, tmp / 'run' / 'config.yaml'); save_weights(m, tmp / 'run' / 'best.safetensors', step=0)
+        untrained_run(tmp / 'run', 'cmp', sp)
         yield tmp / 'run', dis, tmp
-    finally: torch.set_num_threads(threads)
 
 
 def test_answer_txt_for_synthpab_test_with_distractors(toy):

@@ -1,6 +1,6 @@
 """The shipped pretrained checkpoint: its files agree with their provenance, it loads through the same path as an X-VLM
 checkpoint into every method, and (slow) the command that made it regenerates its first epoch with the same val metrics."""
-import json, logging, os, subprocess, sys
+import json, os, subprocess
 from pathlib import Path
 
 import pytest
@@ -46,7 +46,6 @@ def test_the_command_regenerates_the_first_epoch(tmp_path):
     numbers recorded in the provenance at that step, to 0.5 points of R@1 / mAP / hard-pair (float order on another
     machine or thread count may move a few queries; on the machine that made it the numbers were identical)."""
     first = PROV['val_curve'][0]
-    cfg = PROV['config']
     env = dict(os.environ, OMP_NUM_THREADS=str(PROV['threads']))
     r = subprocess.run(['tpas_pretrain', '--out-dir', str(tmp_path / 'run'), '--dest', str(tmp_path / 'w'), '--no-progress',
                         '--threads', str(PROV['threads']), '--stop-after', str(first['step'])],

@@ -8,13 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tpas_nb.config import RunConfig, DataConfig, save_config
-from tpas_nb.data.pab import PABFolder, pab_tokenizer
-from tpas_nb.data.synth import make_synthpab
 from tpas_nb.eval.leaderboard import rank_splits
 from tpas_nb.eval.retrieval import positive_mask, sorted_relevance
 from tpas_nb.report import CHROMIUM, browse, parse_report, report_cli, write_report
-from tpas_nb.runs import build_run_method, save_weights
+from toy_runs import one_thread, tiny_synthpab, untrained_run
 
 WEATHER_SPLITS = ['test'] + [f'weather:{w}' for w in ('wind', 'rain', 'snow', 'rain_snow', 'dark', 'dark_wind', 'dark_rain',
                                                       'dark_snow', 'light')]
@@ -24,17 +21,11 @@ WEATHER_SPLITS = ['test'] + [f'weather:{w}' for w in ('wind', 'rain', 'snow', 'r
 def toy(tmp_path_factory):
     "(run folder, tmp): a freshly initialised, seeded X-VLM on a SynthPAB of 6 test pairs with weather copies."
     tmp = tmp_path_factory.mktemp('report')
-    threads = torch.get_num_threads(); torch.set_num_threads(1)
-    try:
-        sp = make_synthpab(tmp / 'sp', train_pairs=4, val_pairs=1, test_pairs=6, ucc_pairs=0, heldout_pairs=0, image_size=48,
-                           weather=True, progress=False, workers=1)
-        config = RunConfig(method='xvlm', data=DataConfig(root=str(sp)), k_test=4, eval_batch=12, device='cpu', out_dir=str(tmp / 'run'))
-        torch.manual_seed(0)
-        m = build_run_method(config, pab_tokenizer(PABFolder(sp)))
-        save_config(config, tmp / 'run' / 'config.yaml'); save_weights(m, tmp / 'run' / 'best.safetensors', step=0)
+    with one_thread():
+        sp = tiny_synthpab(tmp / 'sp', test_pairs=6, weather=True)
+        untrained_run(tmp / 'run', 'xvlm', sp, eval_batch=12)
         weather = write_report(tmp / 'run', tmp / 'weather.html', splits='weather')
         yield tmp / 'run', tmp, weather
-    finally: torch.set_num_threads(threads)
 
 
 def test_page_structure_matches_the_ground_truth(toy):

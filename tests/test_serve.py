@@ -9,9 +9,8 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 import pytest
-import torch
 
-from tpas_nb.config import RunConfig, DataConfig, OptimConfig
+from toy_runs import tiny_synthpab, trained_run
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, OMP_NUM_THREADS='1', MPLBACKEND='Agg', PYTHONWARNINGS='ignore')
@@ -25,17 +24,9 @@ needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason='no /usr/bin/chromi
 @pytest.fixture(scope='module')
 def toy(tmp_path_factory):
     "(SynthPAB root, run folder): 8 training pairs, 4 test pairs (8 images), X-VLM trained for 2 steps."
-    from tpas_nb.data.synth import make_synthpab
-    from tpas_nb.train import train
     tmp = tmp_path_factory.mktemp('serve')
-    sp = make_synthpab(tmp / 'sp', train_pairs=8, val_pairs=2, test_pairs=4, ucc_pairs=0, heldout_pairs=0, image_size=48,
-                       weather=False, progress=False, workers=1)
-    cfg = RunConfig(method='xvlm', data=DataConfig(root=str(sp)), epochs=1, batch_size=8, max_steps=2, k_test=4, eval_batch=8,
-                    out_dir=str(tmp / 'run'), device='cpu', optim=OptimConfig(lr=1e-3, lr_min=1e-4, warmup_steps=1))
-    threads = torch.get_num_threads(); torch.set_num_threads(1)
-    try: run = train(cfg, progress=False, final_splits=())
-    finally: torch.set_num_threads(threads)
-    return sp, run
+    sp = tiny_synthpab(tmp / 'sp', train_pairs=8, val_pairs=2)
+    return sp, trained_run(tmp / 'run', 'xvlm', sp)
 
 
 def start(*args, timeout=180):
