@@ -389,10 +389,12 @@ def missing_pose_maps(root) -> list[str]:
     images = dict.fromkeys(r['image'] for s in folder.splits() for r in folder.records(s))
     return [rel for rel in images if not folder.pose_path(rel).exists()]
 
-def check_method_data(root, method: str, **switches) -> None:
-    "Raise a ConvertError saying what `method` (with `switches`) needs that the PAB root lacks: pose maps, counterparts."
-    from tpas_nb.methods import method_switches
-    sw, root = {**method_switches(method), **switches}, Path(root)
+def check_method_data(root,            # a PAB root
+                      method: str,     # the method's name, for the messages
+                      switches: dict,  # its switches as a run resolves them: tpas_nb.methods.method_switches(method), the run's on top
+                     ) -> None:
+    "Raise a ConvertError saying what `method` (with `switches`) needs that the PAB root lacks: pose maps, counterparts, sub-captions."
+    sw, root = switches, Path(root)
     if sw.get('pose') and (miss := missing_pose_maps(root)):
         raise ConvertError(f"{root}: {method} reads a pose map for every image and {len(miss)} are missing (first: {root / 'pose' / miss[0]}). "
                            "Make them: write keypoints with a pose estimator where one can be installed (MediaPipe Pose, OpenPose), then "
