@@ -23,9 +23,10 @@ from .methods.base import ITM_SCORES
 __all__ = ['NORM_LAYERS', 'SCHEDULES', 'RESUMABLE_CHANGES', 'no_decay_ids', 'param_groups', 'build_optimizer', 'lr_factor',
            'build_scheduler', 'epoch_permutation', 'micro_batches', 'SeededItems', 'rng_state', 'set_rng_state',
            'save_state', 'load_state', 'config_changes', 'make_accelerator', 'vocab_list', 'val_summary', 'better',
-           'TrainState', 'Callback', 'progress_line', 'Trainer', 'CancelFit', 'ResumeCB', 'LogCB', 'ValidateCB',
-           'StopAfterCB', 'CheckpointCB', 'ProgressCB', 'FinalEvalCB', 'run_metrics', 'train', 'plot_loss_curves',
-           'example_queries', 'run_examples', 'save_plots', 'step_flops', 'close_process_group', 'train_cli']
+           'TrainState', 'Callback', 'progress_line', 'Trainer', 'CancelFit', 'matmul_peak', 'step_flops', 'SpeedCB',
+           'ResumeCB', 'LogCB', 'ValidateCB', 'StopAfterCB', 'CheckpointCB', 'ProgressCB', 'FinalEvalCB', 'run_metrics',
+           'train', 'plot_loss_curves', 'example_queries', 'run_examples', 'save_plots', 'close_process_group',
+           'train_cli']
 
 # %% ../nbs/40_training.ipynb #aad30838
 NORM_LAYERS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm)
@@ -402,6 +403,53 @@ def one_step(self: Trainer):
     if self.end_of_epoch: st.epoch, st.micro = self.epoch + 1, 0
     if self.last: st.done = True
 
+# %% ../nbs/40_training.ipynb #d78eae43
+def matmul_peak(seconds: float = 1.0,      # how long to keep timing
+                n: int = 1024,             # side of the square matrices
+                dtype=torch.float32, device='cpu',
+               ) -> float:                 # GFLOP/s of the best repeat
+    "The machine's matrix-product throughput on the current threads: n×n products for about `seconds`, the best repeat."
+    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+    sync = torch.cuda.synchronize if torch.device(device).type == 'cuda' else (lambda: None)
+    a @ b; sync()                                                     # warm-up: allocation, kernel choice
+    best, end = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t0 = time.perf_counter(); a @ b; sync()
+        best = max(best, 2 * n ** 3 / (time.perf_counter() - t0) / 1e9)
+    return best
+
+def step_flops(model: nn.Module, # a method: model(batch)['loss'] is the training loss
+               batch: dict,      # one micro-batch
+              ) -> int:          # FLOPs of the forward and backward pass (2 per multiply-add)
+    "Count the matrix-product, convolution and attention FLOPs of one training step (torch.utils.flop_counter)."
+    from torch.utils.flop_counter import FlopCounterMode
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:   # fused CPU attention is not counted
+        model(batch)['loss'].backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+class SpeedCB(Callback):
+    "After the last step: FLOPs per step (`step_flops` on this process's first micro-batch), `matmul_peak` now, and the MFU, as t.speed."
+    order, main_only = 55, True                                      # before FinalEvalCB writes metrics.json
+    def after_fit(self, t):
+        if not t.st.done or t.st.step == 0 or t.st.train_seconds <= 0: return
+        keys = micro_batches(t.N, t.B, t.config.seed, 0, t.W, t.rank, t.A, t.partner)[0]
+        items = SeededItems(t.train_ds, t.config.seed)
+        batch = {k: v.to(t.acc.device) if isinstance(v, Tensor) else v for k, v in t.collate([items[k] for k in keys]).items()}
+        state, gathering = rng_state(), getattr(t.net, 'gather_processes', False)
+        buffers = {n: b.clone() for n, b in t.net.named_buffers()}   # BatchNorm statistics move in a training forward
+        if gathering: t.net.gather_processes = False                # this process alone: no collective call from one rank
+        try: flops, peak = step_flops(t.net, batch) * t.A, matmul_peak(device=t.acc.device)   # both draw random numbers
+        finally:
+            set_rng_state(state)
+            with torch.no_grad():
+                for n, b in t.net.named_buffers(): b.copy_(buffers[n])
+            if gathering: t.net.gather_processes = True
+        achieved = flops * t.st.step / t.W / t.st.train_seconds / 1e9   # this process's share of the steps' arithmetic
+        t.speed = dict(flops_per_step=flops, model_gflops_per_s=round(achieved, 2), matmul_peak_gflops=round(peak, 1),
+                       mfu=round(achieved / peak, 4), threads=torch.get_num_threads(), micro_batch=len(keys))
+
 # %% ../nbs/40_training.ipynb #be1745bf
 class ResumeCB(Callback):
     "Continue from state.pt (weights, optimiser, schedule, RNG of every process, TrainState, log cut back), else start the RNG streams."
@@ -525,7 +573,8 @@ def run_metrics(t: Trainer, splits: dict, eval_wall_s: float) -> dict:
     train = dict(steps=st.step, epochs=c.epochs, steps_per_epoch=t.steps_per_epoch, global_batch=t.B, grad_accum=t.A, processes=t.W,
                  samples=st.samples, wall_s=round(st.train_seconds, 1), val_wall_s=round(st.val_seconds, 1),
                  samples_per_s=round(st.samples / max(st.train_seconds, 1e-9), 2), device=str(t.acc.device),
-                 mixed_precision=t.acc.mixed_precision, final=_log_lines(t.out / 'log.jsonl')[-1:] or None)
+                 mixed_precision=t.acc.mixed_precision, final=_log_lines(t.out / 'log.jsonl')[-1:] or None,
+                 speed=getattr(t, 'speed', None))           # SpeedCB: FLOPs per step, the matmul peak, MFU
     return dict(method=c.method, preset=c.preset, method_args=c.method_args, data_root=str(t.root), synthetic=folder.synthetic,
                 out_dir=str(t.out), selection=selection, splits=splits, val_history=st.val_history, train=train,
                 eval_wall_s=eval_wall_s, wall_s_this_session=round(time.time() - t.t_start, 1),
@@ -540,7 +589,7 @@ def train(config: RunConfig,            # the run (00_config); out_dir is the ru
           callbacks: tuple = (),        # further Callbacks
          ) -> Path:                     # the run folder
     "Train `config.method`, keep the best val weights, evaluate them on test (and ucc); returns the run folder."
-    cbs = [ResumeCB(), LogCB(), ValidateCB(), StopAfterCB(stop_after), CheckpointCB(), FinalEvalCB(final_splits), *callbacks]
+    cbs = [ResumeCB(), LogCB(), ValidateCB(), StopAfterCB(stop_after), CheckpointCB(), SpeedCB(), FinalEvalCB(final_splits), *callbacks]
     t = Trainer(config, method, progress, cbs + ([ProgressCB()] if progress else []))
     t.fit()
     return t.out
@@ -602,18 +651,6 @@ def save_plots(out: Path, method, folder, tok, config: RunConfig, max_len: int):
     sub, scores = run_examples(method, folder, tok, config, max_len, split, device=next(method.parameters()).device)
     fig = plot_retrieval_examples(sub, scores, range(len(sub.texts)), topk=min(5, scores.shape[1]))
     fig.savefig(out / 'retrieval_examples.png', dpi=110); plt.close(fig)
-
-# %% ../nbs/40_training.ipynb #5c5727d6
-def step_flops(model: nn.Module, # a method: model(batch)['loss'] is the training loss
-               batch: dict,      # one micro-batch
-              ) -> int:          # FLOPs of the forward and backward pass (2 per multiply-add)
-    "Count the matrix-product, convolution and attention FLOPs of one training step (torch.utils.flop_counter)."
-    from torch.utils.flop_counter import FlopCounterMode
-    from torch.nn.attention import sdpa_kernel, SDPBackend
-    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:   # fused CPU attention is not counted
-        model(batch)['loss'].backward()
-    model.zero_grad(set_to_none=True)
-    return counter.get_total_flops()
 
 # %% ../nbs/40_training.ipynb #156951a6
 def close_process_group():

@@ -55,6 +55,7 @@ class MethodConfig:
     ihnm: bool = False              # CMP's identity hard negatives: (I, T̃) and (Ĩ, T) as ITM negatives
     counterpart_batches: bool = False  # batches hold both records of each person (data.paired), without IHNM's ITM terms (GradCO's setting, 24_gradco)
     contrast_pairs: bool = False    # pretraining: the corpus's contrast pairs share a batch and get IHNM's two ITM negatives; the other records none (42_pretrain)
+    itm_draw_partner: bool = False  # may the in-batch ITM draw pick a partner that IHNM / contrast pairs already add? False: other people only, as in the papers' batches of random records
     global_pool: str = ''           # '' = the backbone preset's; 'cls_avg' (paper: FC([AVG; CLS])), 'stripes' (official code) or 'grid' (tiny)
     embed_dim: int = 0              # E; 0 = the preset's (X-VLM: 256; official CMP code: 2048)
     label_smoothing: float = 0.2    # ITC label smoothing ε (official code 0.2)
@@ -289,7 +290,8 @@ class Method(nn.Module):
         "ITM over positives, in-batch hard negatives and (with IHNM; `ihnm` None = the config's) the identity counterparts, for the first itm_frac of the batch."
         idx, ihnm = batch['idx'], self.cfg.ihnm if ihnm is None else ihnm
         some = self.cfg.contrast_pairs and not ihnm                  # counterparts for the records that have one in the batch
-        pairs = build_itm_pairs(*self.itm_negatives(enc, idx, temp), ihnm=ihnm or some).first(self._share(self.cfg.itm_frac, len(idx)))
+        pairs = build_itm_pairs(*self.itm_negatives(enc, self.itm_draw_ids(batch, ihnm or some), temp),
+                                ihnm=ihnm or some).first(self._share(self.cfg.itm_frac, len(idx)))
         (img, txt), mask = self.itm_inputs(enc), enc.mask
         hard_img = hard_txt = hard_mask = None
         if ihnm: txt, mask, hard_img, hard_txt, hard_mask = self.counterparts(batch, img, txt, mask)
@@ -300,6 +302,13 @@ class Method(nn.Module):
             hard_img, hard_txt, hard_mask = img[q], txt[q], mask[q]
         logits = self.itm_logits(pairs.texts(txt, hard_txt), pairs.texts(mask, hard_mask), pairs.images(img, hard_img))   # N×2
         return itm_loss(logits, pairs.labels, pairs.group if self.cfg.itm_weighting == 'official' else None)
+
+    def itm_draw_ids(self, batch: dict, explicit: bool) -> Tensor:
+        "Ids the in-batch ITM draw never pairs with each other: the batch's, each partner merged into its anchor when `explicit` pairs already hold it."
+        idx, p = batch['idx'], batch.get('partner')
+        if not explicit or self.cfg.itm_draw_partner or p is None: return idx
+        merged = torch.where(p >= 0, torch.minimum(idx, idx[p.clamp(min=0)]), idx)
+        return idx if bool((merged == merged[0]).all()) else merged    # one person in the batch: the partner is the only other
 
     def itm_inputs(self, enc: Encoded) -> tuple[Tensor, Tensor]:
         "(image side, text side) of the batch as the cross encoder reads them (`itm_image_tokens`, `itm_text_tokens`)."
