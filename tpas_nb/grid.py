@@ -328,7 +328,7 @@ def paired_delta(df: pd.DataFrame,       # rows of collect() (one grid)
         sd = float(diff.std(ddof=1)) if n > 1 else np.nan
         if n < 3 or not np.isfinite(sd): p = np.nan                         # two seeds: no test worth the name
         elif sd == 0: p = 1.0 if diff.mean() == 0 else 0.0
-        else: p = float(2 * scipy.stats.t.sf(abs(diff.mean()) / (sd / np.sqrt(n)), df=n - 1))
+        else: p = float(scipy.stats.ttest_rel(pair[arm], pair[base]).pvalue)   # two-sided, n - 1 degrees of freedom
         rows[arm] = dict(n=n, base=pair[base].mean(), arm=pair[arm].mean(), mean_delta=diff.mean(), std_delta=sd,
                          wins=f"{int((diff > 0).sum())}/{n}", p=p)
     return pd.DataFrame.from_dict(rows, orient='index', columns=['n', 'base', 'arm', 'mean_delta', 'std_delta', 'wins', 'p'])

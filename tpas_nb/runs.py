@@ -4,11 +4,12 @@
 
 # %% ../nbs/29_runs.ipynb #95394ef7
 from __future__ import annotations
-import contextlib, hashlib, json, os, shutil
+import hashlib, json, os, shutil
 from functools import cached_property
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 from torch import nn
 
 from .config import RunConfig, DataConfig, BackboneConfig, get_preset, load_config
@@ -97,17 +98,6 @@ def synth_cache_dir(data: DataConfig) -> Path:
     key = json.dumps(dict(synth_params(data), version=SYNTHPAB_VERSION), sort_keys=True)
     return base / f"synthpab_{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
-@contextlib.contextmanager
-def _file_lock(path: Path):
-    "An exclusive advisory lock on `path` (no-op where fcntl is missing)."
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try: import fcntl
-    except ImportError: yield; return
-    with open(path, 'w') as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try: yield
-        finally: fcntl.flock(f, fcntl.LOCK_UN)
-
 def resolve_data_root(data: DataConfig, progress: bool = True) -> Path:
     "The PAB root of a run: `data.root`, or the cached SynthPAB (generated on first use)."
     if data.root:
@@ -116,7 +106,8 @@ def resolve_data_root(data: DataConfig, progress: bool = True) -> Path:
         return root
     from tpas_nb.data.synth import ensure_synthpab
     root = synth_cache_dir(data)
-    with _file_lock(root.with_name(root.name + '.lock')):
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(root.with_name(root.name + '.lock')):                 # filelock: fcntl, msvcrt or a lock file, whichever the OS has
         return ensure_synthpab(root, **synth_params(data), progress=progress)
 
 
