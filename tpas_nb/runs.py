@@ -253,11 +253,10 @@ def _declared(cfg_cls: type, name: str) -> tuple[type, str]:
     raise KeyError(name)
 
 def _comment(cls: type, name: str) -> str:
-    "The end-of-line comment of field `name` in the source of `cls` ('=' read as 'is': papermill skips a line with two '=')."
-    import inspect, re
-    for line in inspect.getsource(cls).splitlines():
-        if m := re.match(rf'\s+{name}\s*:[^#]*#\s*(.*)$', line): return re.sub(r'\s*=+\s*', ' is ', m.group(1).strip())
-    return ''
+    "The comment of field `name` of `cls` (`fastcore.docments`), '=' read as 'is' (papermill skips a line with two '=')."
+    import re
+    from fastcore.docments import docments
+    return re.sub(r'\s*=+\s*', ' is ', (docments(cls).get(name) or '').strip())
 
 def switch_parameters() -> str:
     "The method-switch lines of 90_train's parameters cell: every scalar switch of every registered config, `None` by default."
