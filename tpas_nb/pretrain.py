@@ -21,7 +21,7 @@ from .train import Callback
 # %% auto #0
 __all__ = ['PRETRAIN_CORPUS', 'PRETRAIN_RECIPE', 'RECIPE_TRIALS', 'corpus_dir', 'pretrain_config', 'corpus_digest', 'loss_curve',
            'checkpoint_paths', 'write_checkpoint', 'export_checkpoint', 'pretrain_curve', 'EpochWeightsCB',
-           'corpus_vocab', 'pretrain', 'zero_shot_metrics', 'pretrain_cli', 'recipe_trial']
+           'corpus_vocab', 'pretrain', 'zero_shot_metrics', 'pretrain_cli', 'stage_overrides', 'recipe_trial']
 
 # %% ../nbs/42_pretrain.ipynb #73a85dba
 PRETRAIN_CORPUS = dict(images=200_000, val_pairs=250, image_size=96, seed=0, anomaly_rate=PRETRAIN_ANOMALY_RATE)   # make_pretrain_corpus
@@ -199,11 +199,26 @@ def pretrain_cli(argv=None):
     ap.add_argument('--threads', type=int, default=0, help='torch CPU threads (default: one per core)')
     ap.add_argument('--stop-after', type=int, default=0, help='stop after this many steps (resumable)')
     ap.add_argument('--no-progress', action='store_true')
+    stage = ap.add_argument_group('a further stage', 'continue from an exported checkpoint with a schedule of its own, in a new --out-dir')
+    stage.add_argument('--init-checkpoint', default='', help="the previous stage's exported weights (its .vocab.txt beside them)")
+    stage.add_argument('--epochs', type=int, default=0, help=f"epochs of this stage (default: the recipe's {PRETRAIN_RECIPE['epochs']})")
+    stage.add_argument('--lr', type=float, default=0.0, help=f"peak lr of this stage, decaying to a tenth (default: the recipe's {PRETRAIN_RECIPE['optim']['lr']:g})")
     a = ap.parse_args(argv)
     if a.threads: torch.set_num_threads(a.threads)
     run = pretrain(a.out_dir, a.cache_dir, a.dest, progress=not a.no_progress, stop_after=a.stop_after,
-                   command=' '.join(['tpas_pretrain'] + [shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv)]))
+                   command=' '.join(['tpas_pretrain'] + [shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv)]),
+                   **stage_overrides(a.init_checkpoint, a.epochs, a.lr))
     print(run)
+
+def stage_overrides(init_checkpoint: str = '', epochs: int = 0, lr: float = 0.0) -> dict:
+    "RunConfig fields of a further pretraining stage: its start, its length and its peak lr (lr_min a tenth of it); empty: the recipe."
+    out = {}
+    if init_checkpoint:
+        if not Path(init_checkpoint).is_file(): raise FileNotFoundError(f"--init-checkpoint {init_checkpoint}: no such file")
+        out['init_checkpoint'] = str(init_checkpoint)
+    if epochs: out['epochs'] = epochs
+    if lr: out['optim'] = dict(lr=lr, lr_min=lr / 10)
+    return out
 
 
 # %% ../nbs/42_pretrain.ipynb #d9ff508c
