@@ -12,6 +12,7 @@ from PIL import Image, ImageDraw
 from tpas_nb.config import RunConfig, DataConfig, OptimConfig
 from tpas_nb.data.convert import convert, convert_cli, check_method_data, ConvertError
 from tpas_nb.data.pab import PABError, PABFolder, validate_pab
+from tpas_nb.methods import method_switches
 
 COLOURS = [(200, 40, 40), (40, 70, 200), (40, 150, 60), (225, 200, 40), (25, 25, 25), (240, 240, 240), (235, 130, 30), (128, 128, 128)]
 NAMES = ['red', 'blue', 'green', 'yellow', 'black', 'white', 'orange', 'grey']
@@ -91,7 +92,7 @@ def test_cuhk_pedes_convert_train_evaluate(tmp_path):
     assert t['hard_pair_acc'] is None                                                      # no same-person, other-action image
     print(f"test R@1 {t['all']['R1']:.2f}, mAP {t['all']['mAP']:.2f} (identity protocol, 18 queries, 9 images, 3 persons)")
 
-    with pytest.raises(ConvertError, match='write_pose_maps'): check_method_data(root, 'cmp')
+    with pytest.raises(ConvertError, match='write_pose_maps'): check_method_data(root, 'cmp', method_switches('cmp'))
     cmp = RunConfig(**{**cfg.__dict__, 'method': 'cmp', 'out_dir': str(tmp_path / 'cmp')})
     with pytest.raises(PABError, match='pose map not found'): train(cmp, progress=False)   # the trainer stops at the first missing map
 
