@@ -11,9 +11,9 @@ import yaml
 
 # %% auto #0
 __all__ = ['PRESETS', 'PROFILE_SETTINGS', 'PROFILES', 'FLAT_ALIASES', 'SWITCHES', 'REQUIREMENTS', 'VisionConfig', 'TextConfig',
-           'BackboneConfig', 'get_preset', 'DataConfig', 'OptimConfig', 'RunConfig', 'to_dict', 'config_diff',
-           'from_dict', 'save_config', 'load_config', 'profile_fields', 'profile_table', 'register_switches',
-           'flat_path', 'flat_value', 'from_flat', 'progress', 'check_requirements']
+           'BackboneConfig', 'get_preset', 'with_dropout', 'DataConfig', 'OptimConfig', 'RunConfig', 'to_dict',
+           'config_diff', 'from_dict', 'save_config', 'load_config', 'profile_fields', 'profile_table',
+           'register_switches', 'flat_path', 'flat_value', 'from_flat', 'progress', 'check_requirements']
 
 # %% ../nbs/00_config.ipynb #55b62538
 @dataclass
@@ -83,6 +83,13 @@ def get_preset(name: str) -> BackboneConfig:
         raise ValueError(f"unknown preset {name!r}; valid presets: {sorted(PRESETS)}")
     return from_dict(BackboneConfig, to_dict(PRESETS[name]))
 
+def with_dropout(b: BackboneConfig, p: float) -> BackboneConfig:
+    "`b` with its hidden, attention and drop-path rates all set to `p` (p < 0: `b` as it is)."
+    if p < 0: return b
+    if p >= 1: raise ValueError(f"dropout must be below 1 (or -1 for the preset's), got {p}")
+    return dataclasses.replace(b, vision=dataclasses.replace(b.vision, drop_path_rate=p),
+                               text=dataclasses.replace(b.text, hidden_dropout_prob=p, attention_probs_dropout_prob=p))
+
 # %% ../nbs/00_config.ipynb #d59dba1b
 @dataclass
 class DataConfig:
@@ -107,6 +114,7 @@ class DataConfig:
     train_subset_seed: int = 0      # seed of the train_subset draw (the same subset for every run seed)
     eda_p: float = 0.0              # probability that a caption's augmented copy is an EDA variant (official CMP: 1 when eda is on; 03a_eda); 0 = no copy
     eda_synonyms: str = ''          # EDA's synonym file (WordNet-style, 03a_eda); '' = SynthPAB's own table (SynthPAB only)
+    image_cache_mib: float = 1024   # decoded, resized training images kept in memory (04_pab; the items are the same either way); 0 = decode every time
 
 @dataclass
 class OptimConfig:
@@ -125,6 +133,7 @@ class RunConfig:
     "One training and evaluation run."
     method: str = 'cmp'             # registered method name (xvlm, cmp, seda, gradco)
     preset: str = 'tiny'            # backbone preset
+    dropout: float = -1.0           # every dropout of the backbone (hidden, attention, drop-path) set to this; -1 = the preset's (40_training measures 0)
     method_args: dict = field(default_factory=dict)  # method switches, validated by the builder
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -273,7 +282,7 @@ FLAT_ALIASES = {   # flat parameter -> dotted RunConfig path, where the field's 
     'test_pairs': 'data.synth_test_pairs', 'ucc_pairs': 'data.synth_ucc_pairs', 'heldout_pairs': 'data.synth_heldout_pairs', 'image_size': 'data.synth_image_size',
     'cache_dir': 'data.cache_dir', 'vocab': 'data.vocab', 'num_workers': 'data.num_workers', 'paired': 'data.paired',
     'random_erasing': 'data.random_erasing', 'eda_p': 'data.eda_p', 'eda_synonyms': 'data.eda_synonyms', 'hflip': 'data.hflip', 'train_split': 'data.train_split',
-    'train_subset': 'data.train_subset', 'train_subset_seed': 'data.train_subset_seed',
+    'train_subset': 'data.train_subset', 'train_subset_seed': 'data.train_subset_seed', 'image_cache_mib': 'data.image_cache_mib',
     **{k: f'optim.{k}' for k in ('lr', 'lr_min', 'warmup_steps', 'weight_decay', 'schedule', 'lr_mult_new', 'grad_clip')}}
 
 SWITCHES: dict[str, type] = {}   # method switch -> the config dataclass that declares it; filled by each method's registration (20_base)

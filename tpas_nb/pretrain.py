@@ -21,7 +21,8 @@ from .train import Callback
 # %% auto #0
 __all__ = ['PRETRAIN_CORPUS', 'PRETRAIN_RECIPE', 'RECIPE_TRIALS', 'corpus_dir', 'pretrain_config', 'corpus_digest', 'loss_curve',
            'checkpoint_paths', 'write_checkpoint', 'export_checkpoint', 'pretrain_curve', 'EpochWeightsCB',
-           'corpus_vocab', 'pretrain', 'zero_shot_metrics', 'pretrain_cli', 'stage_overrides', 'recipe_trial']
+           'corpus_vocab', 'pretrain', 'zero_shot_metrics', 'pretrain_cli', 'stage_overrides', 'wise_ft',
+           'wise_ft_sweep', 'recipe_trial']
 
 # %% ../nbs/42_pretrain.ipynb #73a85dba
 PRETRAIN_CORPUS = dict(images=200_000, val_pairs=250, image_size=96, seed=0, anomaly_rate=PRETRAIN_ANOMALY_RATE)   # make_pretrain_corpus
@@ -203,23 +204,58 @@ def pretrain_cli(argv=None):
     stage.add_argument('--init-checkpoint', default='', help="the previous stage's exported weights (its .vocab.txt beside them)")
     stage.add_argument('--epochs', type=int, default=0, help=f"epochs of this stage (default: the recipe's {PRETRAIN_RECIPE['epochs']})")
     stage.add_argument('--lr', type=float, default=0.0, help=f"peak lr of this stage, decaying to a tenth (default: the recipe's {PRETRAIN_RECIPE['optim']['lr']:g})")
+    stage.add_argument('--dropout', type=float, default=-1.0, help="dropout, attention dropout and drop-path of the backbone (default: the preset's, 0.1)")
     a = ap.parse_args(argv)
     if a.threads: torch.set_num_threads(a.threads)
     run = pretrain(a.out_dir, a.cache_dir, a.dest, progress=not a.no_progress, stop_after=a.stop_after,
                    command=' '.join(['tpas_pretrain'] + [shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv)]),
-                   **stage_overrides(a.init_checkpoint, a.epochs, a.lr))
+                   **stage_overrides(a.init_checkpoint, a.epochs, a.lr, a.dropout))
     print(run)
 
-def stage_overrides(init_checkpoint: str = '', epochs: int = 0, lr: float = 0.0) -> dict:
-    "RunConfig fields of a further pretraining stage: its start, its length and its peak lr (lr_min a tenth of it); empty: the recipe."
+def stage_overrides(init_checkpoint: str = '', epochs: int = 0, lr: float = 0.0, dropout: float = -1.0) -> dict:
+    "RunConfig fields of a further pretraining stage: its start, its length, its peak lr (lr_min a tenth of it) and dropout; empty: the recipe."
     out = {}
     if init_checkpoint:
         if not Path(init_checkpoint).is_file(): raise FileNotFoundError(f"--init-checkpoint {init_checkpoint}: no such file")
         out['init_checkpoint'] = str(init_checkpoint)
     if epochs: out['epochs'] = epochs
     if lr: out['optim'] = dict(lr=lr, lr_min=lr / 10)
+    if dropout >= 0: out['dropout'] = dropout
     return out
 
+
+# %% ../nbs/42_pretrain.ipynb #3a9079ea
+def wise_ft(run,                  # a fine-tuned run folder (or Run) whose config names its start (init_checkpoint)
+            alpha: float,         # 0: the start's weights, 1: the fine-tuned ones
+            weights: str = 'best',
+           ) -> torch.nn.Module:  # the run's method with interpolated weights, in eval mode
+    "WiSE-FT: θ = (1−α)·θ_start + α·θ_fine-tuned for every parameter the start checkpoint holds; the method's own new layers stay fine-tuned."
+    from tpas_nb.runs import Run
+    from tpas_nb.train import _init_checkpoint
+    if not 0 <= alpha <= 1: raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    run = run if isinstance(run, Run) else Run(run)
+    if not run.config.init_checkpoint: raise ValueError(f"{run.path} was trained from scratch (no init_checkpoint): there is no start to interpolate with")
+    tuned, start = run.load_method(weights), run.build_method()
+    new = _init_checkpoint(start, run.config, run.tokenizer, run.path, write=False)       # ids of the parameters the checkpoint lacks
+    with torch.no_grad():
+        for p, p0 in zip(tuned.parameters(), start.parameters()):
+            if id(p0) not in new: p.lerp_(p0, 1 - alpha)                                  # p + (1−α)(p0 − p)
+    return tuned.eval()
+
+def wise_ft_sweep(run, alphas=(0.0, 0.25, 0.5, 0.75, 1.0), splits=('test', 'ucc', 'heldout'), k_test: int = 0,
+                  batch_size: int = 64, progress: bool = False):   # DataFrame: R@1 and hard-pair % per α and split
+    "R@1 and hard-pair accuracy of `wise_ft(run, α)` on each split, ranked by ITC (k_test=0) or re-ranked by ITM."
+    import pandas as pd
+    from tpas_nb.runs import Run
+    from tpas_nb.eval.benchmark import evaluate_split
+    run, rows = (run if isinstance(run, Run) else Run(run)), []
+    for a in alphas:
+        m = wise_ft(run, a)
+        for s in splits:
+            if s not in run.folder.splits(): continue
+            r = evaluate_split(m, run.folder, s, run.tokenizer, run.max_len, k_test=k_test, batch_size=batch_size, progress=progress)
+            rows.append(dict(alpha=a, split=s, R1=r['all']['R1'], hard_pair=r.get('hard_pair_acc')))
+    return pd.DataFrame(rows)
 
 # %% ../nbs/42_pretrain.ipynb #d9ff508c
 RECIPE_TRIALS: dict[str, dict] = {   # trial -> flat parameters laid over the cpu profile (00_config.from_flat)

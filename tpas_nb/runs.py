@@ -12,7 +12,7 @@ import torch
 from filelock import FileLock
 from torch import nn
 
-from .config import RunConfig, DataConfig, BackboneConfig, get_preset, load_config
+from .config import RunConfig, DataConfig, BackboneConfig, get_preset, load_config, with_dropout
 
 
 # %% auto #0
@@ -115,7 +115,7 @@ def resolve_data_root(data: DataConfig, progress: bool = True) -> Path:
 def run_backbone(config: RunConfig, run_dir=None) -> BackboneConfig:
     "The backbone of a run: `run_dir/backbone.yaml` (the preset as it was when the run started) if present, else the preset."
     p = Path(run_dir) / 'backbone.yaml' if run_dir is not None else None
-    return load_config(p, BackboneConfig) if p is not None and p.exists() else get_preset(config.preset)
+    return load_config(p, BackboneConfig) if p is not None and p.exists() else with_dropout(get_preset(config.preset), config.dropout)
 
 def build_run_method(config: RunConfig, tokenizer, run_dir=None) -> nn.Module:
     "The method of `config` (by name, backbone and switches) for this tokenizer; a run folder's own backbone wins over the preset."

@@ -25,8 +25,8 @@ __all__ = ['NORM_LAYERS', 'SCHEDULES', 'RESUMABLE_CHANGES', 'no_decay_ids', 'par
            'save_state', 'load_state', 'config_changes', 'make_accelerator', 'vocab_list', 'val_summary', 'better',
            'TrainState', 'Callback', 'progress_line', 'Trainer', 'CancelFit', 'matmul_peak', 'step_flops', 'SpeedCB',
            'ResumeCB', 'LogCB', 'ValidateCB', 'StopAfterCB', 'CheckpointCB', 'ProgressCB', 'FinalEvalCB', 'run_metrics',
-           'train', 'plot_loss_curves', 'example_queries', 'run_examples', 'save_plots', 'close_process_group',
-           'train_cli']
+           'train', 'plot_loss_curves', 'example_queries', 'run_examples', 'save_plots', 'speed_table',
+           'close_process_group', 'train_cli']
 
 # %% ../nbs/40_training.ipynb #aad30838
 NORM_LAYERS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm)
@@ -136,7 +136,7 @@ class SeededItems(Dataset):
     def __getitem__(self, key: tuple[int, int]):
         epoch, i = key
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(_mix(self.seed, epoch, i))
+            torch.random.default_generator.manual_seed(_mix(self.seed, epoch, i))   # the CPU generator only: torch.manual_seed also seeds CUDA/XPU/MTIA lazily, 2.7 ms an item
             return self.dataset[i]
 
 # %% ../nbs/40_training.ipynb #ae77ab8f
@@ -167,7 +167,7 @@ def load_state(path) -> dict:
 
 # %% ../nbs/40_training.ipynb #50f9b8a7
 RESUMABLE_CHANGES = ('device', 'mixed_precision', 'k_test', 'itm_score', 'eval_batch', 'val_every', 'checkpoint_every', 'out_dir',
-                     'data.num_workers', 'data.cache_dir')   # may differ between a run and its resumption
+                     'data.num_workers', 'data.cache_dir', 'data.image_cache_mib')   # may differ between a run and its resumption
 
 def config_changes(old: RunConfig, new: RunConfig) -> dict:
     "Fields that differ between two configs and matter for resuming: {name: (old, new)}."
@@ -318,7 +318,7 @@ class Trainer:
         paired = pairs and c.data.paired                                 # counterparts from the batch itself
         self.train_ds = PABTrainDataset(self.folder, img_size=m.backbone.img_size, pose=m.needs_pose, counterparts=needs_cp and not paired,
                                         hflip=c.data.hflip, random_erasing=c.data.random_erasing, split=c.data.train_split,
-                                        subset=c.data.train_subset, subset_seed=c.data.train_subset_seed, eda_p=c.data.eda_p,
+                                        subset=c.data.train_subset, subset_seed=c.data.train_subset_seed, eda_p=c.data.eda_p, cache_mib=c.data.image_cache_mib,
                                         synonyms=resolve_synonyms(self.folder, c.data.eda_synonyms) if c.data.eda_p else None)
         if self.train_ds.subset_info and self.main:                      # the 0.1M protocol: which records, kept with the run
             info = dict(split=c.data.train_split, **self.train_ds.subset_info)
@@ -651,6 +651,40 @@ def save_plots(out: Path, method, folder, tok, config: RunConfig, max_len: int):
     sub, scores = run_examples(method, folder, tok, config, max_len, split, device=next(method.parameters()).device)
     fig = plot_retrieval_examples(sub, scores, range(len(sub.texts)), topk=min(5, scores.shape[1]))
     fig.savefig(out / 'retrieval_examples.png', dpi=110); plt.close(fig)
+
+# %% ../nbs/40_training.ipynb #585c3b8e
+def speed_table(configs: dict,          # name -> RunConfig (its out_dir is not used: each runs in a temporary folder)
+                batches: int = 8,       # micro-batches timed in each repeat
+                reps: int = 3,          # interleaved repeats; the best is kept
+                methods: dict | None = None,   # name -> a built method instead of the configuration's (tests, custom methods)
+               ):                       # DataFrame, one row per configuration
+    "Training steps of several configurations side by side in one process: the same batches, interleaved repeats, best of `reps`."
+    import tempfile, pandas as pd
+    runs, tmp = {}, tempfile.TemporaryDirectory()
+    for name, cfg in configs.items():
+        t = Trainer(replace(cfg, out_dir=str(Path(tmp.name) / name)), (methods or {}).get(name), progress=False)
+        mbs = micro_batches(t.N, t.B, cfg.seed, 0, 1, 0, t.A, t.partner)[:batches * t.A]
+        load = lambda: DataLoader(SeededItems(t.train_ds, cfg.seed), batch_sampler=mbs, collate_fn=t.collate, num_workers=0)
+        t0 = time.perf_counter(); list(load()); cold = time.perf_counter() - t0
+        t0 = time.perf_counter(); data = list(load()); warm = time.perf_counter() - t0
+        t.model.train(); t.epoch = 0                                      # one_step reads the epoch at an epoch's end
+        runs[name] = dict(t=t, data=data, cold=cold / batches, warm=warm / batches, step=[], flops=step_flops(t.net, data[0]) * t.A)
+    for _ in range(reps):
+        for r in runs.values():
+            t = r['t']; t.batches = iter(r['data'])
+            t0 = time.perf_counter()
+            for _ in range(batches): t.one_step()
+            r['step'].append((time.perf_counter() - t0) / batches)
+    peak, rows = matmul_peak(), []
+    for name, r in runs.items():
+        step, B = min(r['step']), r['t'].B
+        rows.append({'configuration': name, 'data ms / batch (first pass)': 1e3 * r['cold'], 'data ms / batch (cached)': 1e3 * r['warm'],
+                     'step ms': 1e3 * step, 'samples/s': B / (step + r['warm']), 'MFU %': 100 * r['flops'] / step / 1e9 / peak})
+    tmp.cleanup()
+    out = pd.DataFrame(rows).set_index('configuration')
+    out['speed-up'] = out['samples/s'] / out['samples/s'].iloc[0]
+    out.attrs.update(matmul_peak_gflops=peak, threads=torch.get_num_threads(), batches=batches, reps=reps)
+    return out.round(2)
 
 # %% ../nbs/40_training.ipynb #156951a6
 def close_process_group():

@@ -215,19 +215,28 @@ class PairTransform:
     def __init__(self, img_size: int, train: bool = False, hflip: float = 0.5, random_erasing: float = 0.0):
         from torchvision.transforms import v2
         self.train = train
-        self.geo = v2.Compose([v2.Resize((img_size, img_size), antialias=True)] + ([v2.RandomHorizontalFlip(hflip)] if train and hflip else []))
+        self.size = v2.Resize((img_size, img_size), antialias=True)                       # deterministic: its output can be cached
+        self.flip = v2.RandomHorizontalFlip(hflip) if train and hflip else None          # one draw for the image and its pose map
         self.norm = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
         self.erase = v2.RandomErasing(p=random_erasing) if train and random_erasing else None
 
-    def __call__(self, image: Image.Image, pose: Image.Image | None = None):
-        "(image 3×S×S, pose 3×S×S or None), normalised."
+    def resize(self, image: Image.Image, pose: Image.Image | None = None) -> list:
+        "[image, pose map (if any)] as uint8 3×S×S tensors: the deterministic part, which a dataset may cache."
         from torchvision import tv_tensors
         from torchvision.transforms.v2 import functional as F
-        ims = [tv_tensors.Image(F.pil_to_tensor(image))] + ([tv_tensors.Image(F.pil_to_tensor(pose))] if pose is not None else [])
-        ims = self.geo(*ims) if len(ims) > 1 else [self.geo(ims[0])]
+        return [self.size(tv_tensors.Image(F.pil_to_tensor(x))) for x in (image, pose) if x is not None]
+
+    def augment(self, ims: list):
+        "The random part on `resize`'s output: flip both with one draw, normalise, erase the image -> (image, pose or None)."
+        if self.flip is not None: ims = self.flip(*ims) if len(ims) > 1 else [self.flip(ims[0])]
         img = self.norm(ims[0])
         if self.erase is not None: img = self.erase(img)
-        return img.as_subclass(torch.Tensor), (self.norm(ims[1]).as_subclass(torch.Tensor) if pose is not None else None)
+        return img.as_subclass(torch.Tensor), (self.norm(ims[1]).as_subclass(torch.Tensor) if len(ims) > 1 else None)
+
+    def __call__(self, image: Image.Image, pose: Image.Image | None = None):
+        "(image 3×S×S, pose 3×S×S or None), normalised."
+        return self.augment(self.resize(image, pose))
+
 
 # %% ../../nbs/04_pab.ipynb #314e66bd
 def person_units(records: list[dict]) -> list[list[int]]:
@@ -276,7 +285,8 @@ class PABTrainDataset(Dataset):
                  subset: int = 0,       # keep about this many records, whole people (subset_positions); 0 = all
                  subset_seed: int = 0,
                  eda_p: float = 0.0,    # > 0: each item also carries `caption_eda`, an EDA variant with this probability (03a_eda)
-                 synonyms=None):        # EDA's synonym table (`resolve_synonyms`)
+                 synonyms=None,         # EDA's synonym table (`resolve_synonyms`)
+                 cache_mib: float = 1024):  # keep decoded, resized images in memory up to this size (0 = decode every time)
         self.folder = root if isinstance(root, PABFolder) else PABFolder(root)
         if split not in TRAIN_SPLITS: raise ValueError(f"split must be one of {TRAIN_SPLITS}, got {split!r}")
         self.split, self.records, self.where = split, self.folder.records(split), self.folder.locations(split)
@@ -299,6 +309,7 @@ class PABTrainDataset(Dataset):
         self.has_decoupled = all('decoupled_caption' in r for r in self.records)
         if not 0 <= eda_p <= 1: raise ValueError(f"eda_p must be in [0, 1], got {eda_p}")
         self.eda_p, self.synonyms = eda_p, synonyms if synonyms is not None else {}
+        self.cache, self.cache_left = {}, int(cache_mib * 2 ** 20)                    # rel path -> resize() output; bytes still free
 
     def __len__(self): return len(self.records)
 
@@ -311,9 +322,12 @@ class PABTrainDataset(Dataset):
                            "counterpart_batches=False (05_convert's check_method_data names what a method needs)")
 
     def _pair(self, rel):
-        img = _load_rgb(self.folder.image_path(rel))
-        pm = _load_rgb(self.folder.pose_path(rel)) if self.pose else None
-        return self.tf(img, pm)
+        "(image, pose map or None) of one image, augmented; decoding and resizing happen once while the cache has room."
+        ims = self.cache.get(rel)
+        if ims is None:
+            ims = self.tf.resize(_load_rgb(self.folder.image_path(rel)), _load_rgb(self.folder.pose_path(rel)) if self.pose else None)
+            if (n := sum(x.numel() for x in ims)) <= self.cache_left: self.cache[rel], self.cache_left = ims, self.cache_left - n
+        return self.tf.augment(ims)
 
     def __getitem__(self, i: int) -> dict:
         r = self.records[i]

@@ -20,7 +20,7 @@ from ..methods.col import anchor_directions
 __all__ = ['gradient_conflict', 'attraction_repulsion', 'conflict_rate', 'loss_volatility', 'gallery_margin',
            'anchor_direction_similarity', 'anchor_stats', 'positive_pair_distance', 'uniformity', 'score_function',
            'batch_conflict_rate', 'batch_diagnostics', 'embedding_diagnostics', 'write_diagnostics', 'run_diagnostics',
-           'counterpart_batches', 'diagnose_run', 'linear_probe', 'action_of', 'action_probe']
+           'counterpart_batches', 'diagnose_run', 'linear_probe', 'action_of', 'action_probe', 'itm_pair_check']
 
 # %% ../../nbs/31_diagnostics.ipynb #dcae7166
 def gradient_conflict(grad_pos: Tensor, # B×F attraction gradients g⁺
@@ -282,3 +282,32 @@ def action_probe(method, folder, tokenizer, max_len: int, # a Method, a PABFolde
     majority = max(set(y_train), key=y_train.count)
     return dict(image=linear_probe(ti, y_train, vi, y_test), text=linear_probe(tt, y_train, vt, y_test),
                 chance=100 * y_test.count(majority) / len(y_test), n_train=len(train), n_test=len(test))
+
+# %% ../../nbs/31_diagnostics.ipynb #85bd2b92
+def itm_pair_check(method, folder, tokenizer, max_len: int,  # a Method, a PABFolder, its tokenizer and L
+                   split: str = 'val',      # the split whose queries and gallery are used
+                   queries: int = 400,      # queries sampled (all if fewer)
+                   seed: int = 0, batch_size: int = 64, device='cpu') -> dict:   # percentages and mean logits
+    "How often the ITM logit ranks a query's own image above ITC's hardest wrong image, and above a random one."
+    from tpas_nb.data.pab import PABTestDataset
+    from tpas_nb.eval.retrieval import embed_gallery, embed_queries, similarity, _itm_chunk, _eval_mode
+    ds = PABTestDataset(folder, split, img_size=method.backbone.img_size, pose=method.needs_pose)
+    gen = torch.Generator().manual_seed(seed)
+    qs = torch.randperm(len(ds.texts), generator=gen)[:queries].sort().values.tolist()
+    g = embed_gallery(method, ds, batch_size, device, progress=False)
+    q = embed_queries(method, [ds.texts[i] for i in qs], tokenizer, max_len, batch_size, device, progress=False)
+    where = {im: j for j, im in enumerate(ds.image_ids)}
+    n, G = len(qs), len(ds.image_ids)
+    pos = torch.tensor([where[ds.text_image_ids[i]] for i in qs])
+    sim = similarity(q, g)
+    hard = sim.clone().index_put_((torch.arange(n), pos), torch.tensor(-math.inf)).argmax(1)       # ITC's best wrong image
+    rnd = (pos + 1 + torch.randint(0, G - 1, (n,), generator=gen)) % G                              # any image but the query's own
+    idx = torch.stack([pos, rnd, hard], 1)                                                          # n×3
+    with _eval_mode(method):
+        l = torch.cat([_itm_chunk(method, q, g, slice(s, min(s + 128, n)), idx[s:s + 128]) for s in range(0, n, 128)])   # n×3 logits
+    pct = lambda x: round(100 * x.float().mean().item(), 2)
+    ar = torch.arange(n)
+    return {'queries': n, 'ITC: own over hardest wrong %': pct(sim[ar, pos] > sim[ar, hard]),
+            "ITM: own over ITC's hardest wrong %": pct(l[:, 0] > l[:, 2]), 'ITM: own over random %': pct(l[:, 0] > l[:, 1]),
+            'ITM logit: own': round(l[:, 0].mean().item(), 3), 'ITM logit: random': round(l[:, 1].mean().item(), 3),
+            "ITM logit: ITC's hardest wrong": round(l[:, 2].mean().item(), 3)}
