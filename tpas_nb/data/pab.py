@@ -375,12 +375,24 @@ class PABTestDataset(Dataset):
 # %% ../../nbs/04_pab.ipynb #485eaff9
 class TrainCollate:
     "Stack images and tokenise captions into the training batch (see the table above)."
-    def __init__(self, tokenizer, max_len: int):
-        self.tok, self.max_len = tokenizer, max_len
+    def __init__(self, tokenizer, max_len: int,
+                 cache_texts: int = 500_000):   # texts whose token ids are kept (a text is tokenised once); 0 = tokenise every batch
+        self.tok, self.max_len, self.cache_texts, self.cache = tokenizer, max_len, cache_texts, {}
 
     def _tokens(self, texts):
-        t = self.tok(texts, padding='longest', truncation=True, max_length=self.max_len, return_tensors='pt')
-        return t['input_ids'], t['attention_mask']
+        "ids and mask, B×L padded to the longest: what tokenizer(texts, padding='longest', truncation=True) gives, each text tokenised once."
+        if not self.cache_texts:
+            t = self.tok(texts, padding='longest', truncation=True, max_length=self.max_len, return_tensors='pt')
+            return t['input_ids'], t['attention_mask']
+        new = [t for t in dict.fromkeys(texts) if t not in self.cache]
+        ids = dict(zip(new, self.tok(new, truncation=True, max_length=self.max_len)['input_ids'])) if new else {}
+        room = self.cache_texts - len(self.cache)
+        self.cache.update((t, np.asarray(i, dtype=np.int32)) for t, i in list(ids.items())[:max(room, 0)])
+        seqs = [self.cache[t] if t in self.cache else np.asarray(ids[t], dtype=np.int32) for t in texts]
+        lens = np.array([len(s) for s in seqs])
+        out = np.full((len(seqs), lens.max()), self.tok.pad_token_id, dtype=np.int64)
+        for r, s in enumerate(seqs): out[r, :len(s)] = s
+        return torch.from_numpy(out), torch.from_numpy((np.arange(lens.max()) < lens[:, None]).astype(np.int64))
 
     def __call__(self, items: list[dict]) -> dict:
         B = len(items)
