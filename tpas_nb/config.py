@@ -115,6 +115,7 @@ class DataConfig:
     eda_p: float = 0.0              # probability that a caption's augmented copy is an EDA variant (official CMP: 1 when eda is on; 03a_eda); 0 = no copy
     eda_synonyms: str = ''          # EDA's synonym file (WordNet-style, 03a_eda); '' = SynthPAB's own table (SynthPAB only)
     image_cache_mib: float = 1024   # decoded, resized training images kept in memory (04_pab; the items are the same either way); 0 = decode every time
+    token_cache: int = 500_000      # captions whose token ids the training collate keeps (04_pab; the batches are the same either way); 0 = tokenise every batch
 
 @dataclass
 class OptimConfig:
@@ -282,7 +283,7 @@ FLAT_ALIASES = {   # flat parameter -> dotted RunConfig path, where the field's 
     'test_pairs': 'data.synth_test_pairs', 'ucc_pairs': 'data.synth_ucc_pairs', 'heldout_pairs': 'data.synth_heldout_pairs', 'image_size': 'data.synth_image_size',
     'cache_dir': 'data.cache_dir', 'vocab': 'data.vocab', 'num_workers': 'data.num_workers', 'paired': 'data.paired',
     'random_erasing': 'data.random_erasing', 'eda_p': 'data.eda_p', 'eda_synonyms': 'data.eda_synonyms', 'hflip': 'data.hflip', 'train_split': 'data.train_split',
-    'train_subset': 'data.train_subset', 'train_subset_seed': 'data.train_subset_seed', 'image_cache_mib': 'data.image_cache_mib',
+    'train_subset': 'data.train_subset', 'train_subset_seed': 'data.train_subset_seed', 'image_cache_mib': 'data.image_cache_mib', 'token_cache': 'data.token_cache',
     **{k: f'optim.{k}' for k in ('lr', 'lr_min', 'warmup_steps', 'weight_decay', 'schedule', 'lr_mult_new', 'grad_clip')}}
 
 SWITCHES: dict[str, type] = {}   # method switch -> the config dataclass that declares it; filled by each method's registration (20_base)

@@ -167,7 +167,7 @@ def load_state(path) -> dict:
 
 # %% ../nbs/40_training.ipynb #50f9b8a7
 RESUMABLE_CHANGES = ('device', 'mixed_precision', 'k_test', 'itm_score', 'eval_batch', 'val_every', 'checkpoint_every', 'out_dir',
-                     'data.num_workers', 'data.cache_dir', 'data.image_cache_mib')   # may differ between a run and its resumption
+                     'data.num_workers', 'data.cache_dir', 'data.image_cache_mib', 'data.token_cache')   # may differ between a run and its resumption
 
 def config_changes(old: RunConfig, new: RunConfig) -> dict:
     "Fields that differ between two configs and matter for resuming: {name: (old, new)}."
@@ -331,7 +331,7 @@ class Trainer:
         self.steps_per_epoch = self.N // self.B
         self.total = c.epochs * self.steps_per_epoch if not c.max_steps else min(c.max_steps, c.epochs * self.steps_per_epoch)
         if c.epochs < 0 or (self.total < 1 and c.epochs): raise ValueError(f"nothing to train: epochs={c.epochs}, max_steps={c.max_steps}")
-        self.collate = TrainCollate(self.tok, self.max_len)
+        self.collate = TrainCollate(self.tok, self.max_len, cache_texts=c.data.token_cache)
 
     def _optimiser(self):
         "AdamW and the schedule, prepared by Accelerate with the model (DDP on several processes, whose contrastive terms then span them all)."
