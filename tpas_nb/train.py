@@ -407,15 +407,17 @@ def one_step(self: Trainer):
 def matmul_peak(seconds: float = 1.0,      # how long to keep timing
                 n: int = 1024,             # side of the square matrices
                 dtype=torch.float32, device='cpu',
+                shape: tuple | None = None,  # (m, k, n): an (m×k)·(k×n) product instead of the square one
                ) -> float:                 # GFLOP/s of the best repeat
-    "The machine's matrix-product throughput on the current threads: n×n products for about `seconds`, the best repeat."
-    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+    "The machine's matrix-product throughput on the current threads: n×n (or `shape`) products for about `seconds`, the best repeat."
+    m, k, n = shape or (n, n, n)
+    a, b = torch.randn(m, k, device=device).to(dtype), torch.randn(k, n, device=device).to(dtype)
     sync = torch.cuda.synchronize if torch.device(device).type == 'cuda' else (lambda: None)
     a @ b; sync()                                                     # warm-up: allocation, kernel choice
     best, end = 0.0, time.perf_counter() + seconds
     while time.perf_counter() < end:
         t0 = time.perf_counter(); a @ b; sync()
-        best = max(best, 2 * n ** 3 / (time.perf_counter() - t0) / 1e9)
+        best = max(best, 2 * m * k * n / (time.perf_counter() - t0) / 1e9)
     return best
 
 def step_flops(model: nn.Module, # a method: model(batch)['loss'] is the training loss
