@@ -238,3 +238,16 @@ def test_loss_curves_as_before(cache, tmp_path, arm):
     for g, w in zip(got, want):
         assert set(w) <= set(g), (w, g)
         for k, v in w.items(): assert abs(g[k] - v) <= 1e-5 * max(1.0, abs(v)), (arm, g['step'], k, g[k], v)
+
+
+def test_misspelt_switch_is_refused_with_no_prior_import():
+    # a fresh interpreter that imports the config module only: from_flat reads the method table itself (issue 29)
+    code = ("from tpas_nb.config import from_flat\n"
+            "try: from_flat(method='cmp', poes=True)\n"
+            "except ValueError as e: print(e)\n"
+            "else: raise SystemExit('accepted')\n"
+            "print(from_flat(method='cmp', pose=False).method_args['pose'])")
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env={**os.environ, 'OMP_NUM_THREADS': '1'})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "unknown parameter 'poes'" in out.stdout and "not a switch of method 'cmp'" in out.stdout, out.stdout
+    assert out.stdout.strip().endswith('False'), out.stdout

@@ -10,10 +10,10 @@ from pathlib import Path
 import yaml
 
 # %% auto #0
-__all__ = ['PRESETS', 'PROFILE_SETTINGS', 'PROFILES', 'FLAT_ALIASES', 'SWITCHES', 'REQUIREMENTS', 'VisionConfig', 'TextConfig',
+__all__ = ['PRESETS', 'PROFILE_SETTINGS', 'PROFILES', 'FLAT_ALIASES', 'REQUIREMENTS', 'VisionConfig', 'TextConfig',
            'BackboneConfig', 'get_preset', 'with_dropout', 'DataConfig', 'OptimConfig', 'RunConfig', 'to_dict',
            'config_diff', 'from_dict', 'save_config', 'load_config', 'profile_fields', 'profile_table',
-           'register_switches', 'flat_path', 'flat_value', 'from_flat', 'progress', 'check_requirements']
+           'unknown_switches', 'flat_path', 'flat_value', 'from_flat', 'progress', 'check_requirements']
 
 # %% ../nbs/00_config.ipynb #55b62538
 @dataclass
@@ -286,11 +286,10 @@ FLAT_ALIASES = {   # flat parameter -> dotted RunConfig path, where the field's 
     'train_subset': 'data.train_subset', 'train_subset_seed': 'data.train_subset_seed', 'image_cache_mib': 'data.image_cache_mib', 'token_cache': 'data.token_cache',
     **{k: f'optim.{k}' for k in ('lr', 'lr_min', 'warmup_steps', 'weight_decay', 'schedule', 'lr_mult_new', 'grad_clip')}}
 
-SWITCHES: dict[str, type] = {}   # method switch -> the config dataclass that declares it; filled by each method's registration (20_base)
-
-def register_switches(cfg_cls: type):
-    "Make the fields of a method's (or a regulariser's) config dataclass known as flat parameters."
-    for f in fields(cfg_cls): SWITCHES.setdefault(f.name, cfg_cls)
+def unknown_switches(method: str, names) -> list[str]:
+    "The names among `names` that method `method` does not accept as switches (its config's fields and every regulariser's)."
+    from tpas_nb.methods import method_switches    # the method table (29_methods), read when a run is configured: no caller has to import it first
+    return sorted(set(names) - set(method_switches(method)))
 
 def flat_path(name: str) -> str | None:
     "The dotted RunConfig path of a flat parameter; None for a method switch."
@@ -316,13 +315,14 @@ def from_flat(profile: str = 'cpu', # a key of PROFILE_SETTINGS
         flat['lr_min'] = flat['lr'] * o['lr_min'] / o['lr']            # lr_min follows lr at the profile's ratio
     if 'batch_size' in flat and 'batch_per_device' not in flat: d['batch_per_device'] = 0   # a global batch given: not per device
     if 'batch_per_device' in flat and 'batch_size' not in flat: d['batch_size'] = 0
+    method = flat.get('method', RunConfig.method)
+    if bad := unknown_switches(method, [k for k in flat if flat_path(k) is None]):
+        from tpas_nb.methods import method_switches
+        raise ValueError(f"unknown parameter {bad[0]!r}: not a run, data or optimiser field and not a switch of method {method!r}; "
+                         f"run fields: {sorted(FLAT_ALIASES) + sorted(f.name for f in fields(RunConfig))}; switches: {sorted(method_switches(method))}")
     for k, v in flat.items():
         path = flat_path(k)
-        if path is None:
-            if SWITCHES and k not in SWITCHES:
-                raise ValueError(f"unknown parameter {k!r}: not a run, data or optimiser field and not a method switch; "
-                                 f"run fields: {sorted(FLAT_ALIASES) + sorted(f.name for f in fields(RunConfig))}; switches: {sorted(SWITCHES)}")
-            d.setdefault('method_args', {})[k] = v
+        if path is None: d.setdefault('method_args', {})[k] = v
         elif '.' in path: d.setdefault(path.split('.')[0], {})[path.split('.')[1]] = v
         else: d[path] = v
     cfg = from_dict(RunConfig, d, where=f'profile {profile!r}')

@@ -260,10 +260,9 @@ def _comment(cls: type, name: str) -> str:
 
 def switch_parameters() -> str:
     "The method-switch lines of 90_train's parameters cell: every scalar switch of every registered config, `None` by default."
-    import tpas_nb.methods                                          # registers every method and regulariser
-    from tpas_nb.config import SWITCHES
+    from tpas_nb.methods import switch_classes                      # the method table (29_methods)
     lines = [SWITCHES_HEADER]
-    for name, cfg_cls in SWITCHES.items():
+    for name, cfg_cls in switch_classes().items():
         cls, kind = _declared(cfg_cls, name)
         if kind not in ('bool', 'int', 'float', 'str'): continue
         lines.append(f"{name + ' = None':<30} # {kind}: {_comment(cls, name)} ({cls.__name__})")

@@ -708,7 +708,6 @@ def train_cli(argv=None):
     if (a.config is None) == (a.profile is None): ap.error('give a config YAML file or --profile NAME (one of them)')
     if a.params and a.profile is None: ap.error('-p goes with --profile; a config YAML file holds every value')
     if a.profile:
-        import tpas_nb.methods                                           # registers the method switches that -p may name
         config = RunConfig.from_flat(a.profile, **{'out_dir': '', **{k: flat_value(v) for k, v in a.params}})
     else: config = load_config(a.config)
     if a.out_dir: config = replace(config, out_dir=a.out_dir)

@@ -7,7 +7,7 @@ __all__ = []
 
 # %% ../../nbs/29_methods.ipynb #8fe0ca9a
 from .base import (
-    METHODS, REGULARISERS, MethodConfig, Method, build_method, register, register_regulariser, method_switches, method_key, all_switches)
+    METHODS, REGULARISERS, MethodConfig, Method, build_method, register, register_regulariser, method_switches, method_key, all_switches, switch_classes)
 from . import cmp        # registers 'xvlm' and 'cmp' (20_cmp)
 from . import qcalign    # registers the 'qct' regulariser (22_qcalign), before GRADCO_ARMS builds its loss weights
 from . import seda       # registers 'seda' (21_seda)

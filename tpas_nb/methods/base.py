@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn, Tensor
 from fastcore.basics import patch
 
-from ..config import BackboneConfig, get_preset, register_switches
+from ..config import BackboneConfig, get_preset
 from ..models.encoders import Backbone, GLOBAL_POOLS
 from ..models.pose import PoseBranch
 from ..objectives import (itc_similarity, info_nce, sample_itm_negatives, build_itm_pairs, itm_loss,
@@ -22,7 +22,7 @@ from ..objectives import (itc_similarity, info_nce, sample_itm_negatives, build_
 # %% auto #0
 __all__ = ['REGULARISERS', 'ITM_SCORES', 'METHODS', 'Regulariser', 'register_regulariser', 'MethodConfig', 'ImageEmbedding',
            'TextEmbedding', 'TokenIds', 'pad_to', 'Encoded', 'Report', 'Method', 'match_score', 'register',
-           'method_switches', 'method_key', 'all_switches', 'build_method']
+           'method_switches', 'method_key', 'all_switches', 'switch_classes', 'build_method']
 
 # %% ../../nbs/20_base.ipynb #c0a9ef14
 class Regulariser(NamedTuple):
@@ -41,7 +41,6 @@ def register_regulariser(name: str,     # the loss's name: 'loss_<name>' in the 
     if f'{name}_weight' not in {f.name for f in fields(cfg_cls)}:
         raise ValueError(f"regulariser {name!r}: {cfg_cls.__name__} needs a field {name}_weight (its λ)")
     REGULARISERS[name] = (cfg_cls, loss)
-    register_switches(cfg_cls)                                                      # its switches are flat parameters (00_config)
 
 # %% ../../nbs/20_base.ipynb #35b2e0c2
 def _loss_weights() -> dict:
@@ -421,7 +420,6 @@ METHODS: dict[str, tuple] = {}   # name -> (class, config class, default switche
 def register(name: str, cls: type, cfg_cls: type = MethodConfig, **defaults):
     "Register method `name`: a Method subclass, its config dataclass and the switches that define it."
     METHODS[name] = (cls, cfg_cls, defaults)
-    register_switches(cfg_cls)                                                      # its switches are flat parameters (00_config)
 
 def _defaults(cfg_cls: type) -> dict:
     "Field -> default of a config dataclass (default factories called)."
@@ -457,6 +455,13 @@ def all_switches() -> dict[str, dict]:
     out = {}
     for name in METHODS:
         for k, v in method_switches(name).items(): out.setdefault(k, {})[name] = v
+    return out
+
+def switch_classes() -> dict[str, type]:
+    "Every switch -> the config dataclass that declares it: the methods' configs in the table's order, then the regularisers'."
+    out = {}
+    for cfg_cls in [c for _, c, _ in METHODS.values()] + [c for c, _ in REGULARISERS.values()]:
+        for f in fields(cfg_cls): out.setdefault(f.name, cfg_cls)
     return out
 
 def build_method(name: str, preset: str | BackboneConfig = 'tiny', tokenizer=None, vocab_size: int | None = None, **switches) -> Method:
