@@ -137,8 +137,8 @@ def as_run(command: str, files: dict) -> list[str]:
 @pytest.mark.parametrize('which', ['papermill', 'torchrun'])
 def test_paper_command_runs_as_written(paper_files, tmp_path, which):
     "The documented paper command starts, loads the X-VLM-layout checkpoint, takes a step of 22 pairs, checkpoints and evaluates."
-    from tpas_nb.config import BackboneConfig, from_flat, load_config
-    import tpas_nb.methods                                               # the method switches, for from_flat
+    from tpas_nb.config import BackboneConfig, load_config
+    from tpas_nb.methods import from_flat
     command = next(c for c in paper_commands() if c.startswith(which))
     argv = as_run(command, paper_files)
     method = params(argv)['method']

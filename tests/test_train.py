@@ -58,7 +58,7 @@ def no_seconds(d):
 def test_parameters_cell_parses_cleanly(caplog):
     "papermill reads every parameter of 90_train without a parse warning, and the defaults are the cpu profile."
     import logging, papermill as pm
-    from tpas_nb.config import from_flat
+    from tpas_nb.methods import from_flat
     with caplog.at_level(logging.WARNING):
         params = pm.inspect_notebook(str(REPO / 'nbs' / '90_train.ipynb'))
     assert not [r for r in caplog.records if 'Unable to parse' in r.getMessage()], caplog.text
@@ -241,8 +241,8 @@ def test_loss_curves_as_before(cache, tmp_path, arm):
 
 
 def test_misspelt_switch_is_refused_with_no_prior_import():
-    # a fresh interpreter that imports the config module only: from_flat reads the method table itself (issue 29)
-    code = ("from tpas_nb.config import from_flat\n"
+    # a fresh interpreter that imports from_flat only: it brings the method table with it (issue 29)
+    code = ("from tpas_nb.methods import from_flat\n"
             "try: from_flat(method='cmp', poes=True)\n"
             "except ValueError as e: print(e)\n"
             "else: raise SystemExit('accepted')\n"

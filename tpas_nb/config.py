@@ -5,6 +5,7 @@
 # %% ../nbs/00_config.ipynb #7f2bdf70
 from __future__ import annotations
 import dataclasses, json, typing
+from collections.abc import Collection
 from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
 import yaml
@@ -12,8 +13,8 @@ import yaml
 # %% auto #0
 __all__ = ['PRESETS', 'PROFILE_SETTINGS', 'PROFILES', 'FLAT_ALIASES', 'REQUIREMENTS', 'VisionConfig', 'TextConfig',
            'BackboneConfig', 'get_preset', 'with_dropout', 'DataConfig', 'OptimConfig', 'RunConfig', 'to_dict',
-           'config_diff', 'from_dict', 'save_config', 'load_config', 'profile_fields', 'profile_table',
-           'unknown_switches', 'flat_path', 'flat_value', 'from_flat', 'progress', 'check_requirements']
+           'config_diff', 'from_dict', 'save_config', 'load_config', 'profile_fields', 'profile_table', 'flat_path',
+           'flat_value', 'flat_config', 'progress', 'check_requirements']
 
 # %% ../nbs/00_config.ipynb #55b62538
 @dataclass
@@ -286,11 +287,6 @@ FLAT_ALIASES = {   # flat parameter -> dotted RunConfig path, where the field's 
     'train_subset': 'data.train_subset', 'train_subset_seed': 'data.train_subset_seed', 'image_cache_mib': 'data.image_cache_mib', 'token_cache': 'data.token_cache',
     **{k: f'optim.{k}' for k in ('lr', 'lr_min', 'warmup_steps', 'weight_decay', 'schedule', 'lr_mult_new', 'grad_clip')}}
 
-def unknown_switches(method: str, names) -> list[str]:
-    "The names among `names` that method `method` does not accept as switches (its config's fields and every regulariser's)."
-    from tpas_nb.methods import method_switches    # the method table (29_methods), read when a run is configured: no caller has to import it first
-    return sorted(set(names) - set(method_switches(method)))
-
 def flat_path(name: str) -> str | None:
     "The dotted RunConfig path of a flat parameter; None for a method switch."
     if name in FLAT_ALIASES: return FLAT_ALIASES[name]
@@ -304,22 +300,22 @@ def flat_value(text: str):
         except ValueError: pass
     return text
 
-def from_flat(profile: str = 'cpu', # a key of PROFILE_SETTINGS
-              **flat,                # flat parameters (None: the profile's value)
-             ) -> RunConfig:
+def flat_config(profile: str,                # a key of PROFILE_SETTINGS
+                flat: dict,                  # flat parameters (None: the profile's value)
+                switches: Collection[str] = (),  # the names flat['method'] accepts as switches (`method_switches`, 20_base)
+               ) -> RunConfig:
     "The RunConfig of `profile` for flat['method'], flat parameters put in place (lr_min follows lr; out_dir '' = runs/<method>_seed<seed>)."
     flat = {k: v for k, v in flat.items() if v is not None}
-    d = profile_fields(profile, flat.get('method', RunConfig.method))
+    method = flat.get('method', RunConfig.method)
+    d = profile_fields(profile, method)
     o = d.get('optim', {})
     if 'lr' in flat and 'lr_min' not in flat and 'lr' in o and 'lr_min' in o:
         flat['lr_min'] = flat['lr'] * o['lr_min'] / o['lr']            # lr_min follows lr at the profile's ratio
     if 'batch_size' in flat and 'batch_per_device' not in flat: d['batch_per_device'] = 0   # a global batch given: not per device
     if 'batch_per_device' in flat and 'batch_size' not in flat: d['batch_size'] = 0
-    method = flat.get('method', RunConfig.method)
-    if bad := unknown_switches(method, [k for k in flat if flat_path(k) is None]):
-        from tpas_nb.methods import method_switches
+    if bad := sorted(k for k in flat if flat_path(k) is None and k not in switches):
         raise ValueError(f"unknown parameter {bad[0]!r}: not a run, data or optimiser field and not a switch of method {method!r}; "
-                         f"run fields: {sorted(FLAT_ALIASES) + sorted(f.name for f in fields(RunConfig))}; switches: {sorted(method_switches(method))}")
+                         f"run fields: {sorted(FLAT_ALIASES) + sorted(f.name for f in fields(RunConfig))}; switches: {sorted(switches)}")
     for k, v in flat.items():
         path = flat_path(k)
         if path is None: d.setdefault('method_args', {})[k] = v
@@ -330,8 +326,6 @@ def from_flat(profile: str = 'cpu', # a key of PROFILE_SETTINGS
         raise ValueError(f"profile {profile!r}: need 0 <= lr_min <= lr, got lr_min={cfg.optim.lr_min}, lr={cfg.optim.lr}")
     cfg.global_batch()                                                  # exactly one of batch_size and batch_per_device
     return replace(cfg, out_dir=f'runs/{cfg.method}_seed{cfg.seed}') if flat.get('out_dir') == '' else cfg
-
-RunConfig.from_flat = staticmethod(from_flat)
 
 # %% ../nbs/00_config.ipynb #36148aef
 def progress(it, enabled: bool = True, total: int | None = None, leave: bool = False):

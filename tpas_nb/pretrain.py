@@ -10,10 +10,11 @@ from pathlib import Path
 
 import torch
 
-from .config import RunConfig, DataConfig, OptimConfig, BackboneConfig, PROFILES, from_flat, to_dict, load_config
+from .config import RunConfig, DataConfig, OptimConfig, BackboneConfig, PROFILES, to_dict, load_config
 from .data.synth import ensure_pretrain_corpus, PRETRAIN_ANOMALY_RATE, SYNTHPAB_VERSION
 from .data.pab import PABFolder, pab_tokenizer
 from .models.encoders import PRETRAINED, weights_dir, to_xvlm_state_dict
+from .methods import from_flat
 from .train import train, vocab_list
 from .runs import build_run_method, load_weights, save_weights, atomic_write, resolve_data_root, file_digest
 from .train import Callback
@@ -178,7 +179,6 @@ def pretrain(out_dir='runs/pretrain',          # the run folder (resumed when it
 
 def zero_shot_metrics(weights, out_dir, cache_dir: str = '', progress: bool = False) -> dict:
     "The checkpoint as it is (xvlm, epochs 0) on the default SynthPAB's test and ucc, and its action probes on val."
-    from tpas_nb.config import from_flat
     from tpas_nb.eval.diagnostics import action_probe
     side = Path(weights).with_suffix('.vocab.txt')   # the checkpoint's own vocabulary, which SynthPAB folders use once it ships
     cfg = from_flat('cpu', method='xvlm', epochs=0, init_checkpoint=str(weights), out_dir=str(out_dir), cache_dir=cache_dir or None,
@@ -258,7 +258,7 @@ def wise_ft_sweep(run, alphas=(0.0, 0.25, 0.5, 0.75, 1.0), splits=('test', 'ucc'
     return pd.DataFrame(rows)
 
 # %% ../nbs/42_pretrain.ipynb #d9ff508c
-RECIPE_TRIALS: dict[str, dict] = {   # trial -> flat parameters laid over the cpu profile (00_config.from_flat)
+RECIPE_TRIALS: dict[str, dict] = {   # trial -> flat parameters laid over the cpu profile (from_flat, 29_methods)
     'the cpu profile': {},
     'lr / 2': {'lr': PROFILES['cpu']['optim']['lr'] / 2, 'lr_min': PROFILES['cpu']['optim']['lr_min'] / 2},
     'lr x 2': {'lr': PROFILES['cpu']['optim']['lr'] * 2, 'lr_min': PROFILES['cpu']['optim']['lr_min'] * 2},

@@ -18,6 +18,7 @@ from .config import RunConfig, OptimConfig, BackboneConfig, get_preset, save_con
 from .runs import Run, atomic_write, file_digest, save_weights, load_weights, resolve_data_root, run_backbone
 from .eval.benchmark import evaluate_split
 from .methods.base import ITM_SCORES
+from .methods import from_flat
 
 # %% auto #0
 __all__ = ['NORM_LAYERS', 'SCHEDULES', 'RESUMABLE_CHANGES', 'no_decay_ids', 'param_groups', 'build_optimizer', 'lr_factor',
@@ -708,7 +709,7 @@ def train_cli(argv=None):
     if (a.config is None) == (a.profile is None): ap.error('give a config YAML file or --profile NAME (one of them)')
     if a.params and a.profile is None: ap.error('-p goes with --profile; a config YAML file holds every value')
     if a.profile:
-        config = RunConfig.from_flat(a.profile, **{'out_dir': '', **{k: flat_value(v) for k, v in a.params}})
+        config = from_flat(a.profile, **{'out_dir': '', **{k: flat_value(v) for k, v in a.params}})
     else: config = load_config(a.config)
     if a.out_dir: config = replace(config, out_dir=a.out_dir)
     out = train(config, progress=not a.no_progress)
