@@ -128,6 +128,7 @@ class OptimConfig:
     betas: tuple = (0.9, 0.98)
     schedule: str = 'linear'        # 'linear' (paper) or 'step' (official code)
     lr_mult_new: float = 1.0        # lr multiplier of layers not in the checkpoint (official: 2)
+    lr_mult_cross: float = 1.0      # lr multiplier of the pretrained cross layers and ITM head (0 = kept as loaded; 40_training)
     grad_clip: float = 0.0          # max grad norm; 0 = off
 
 @dataclass
@@ -151,6 +152,7 @@ class RunConfig:
     mixed_precision: str = 'auto'   # 'auto' (bf16 on GPUs), 'no' or 'bf16'
     k_test: int = 128               # ITM re-ranking depth at evaluation
     itm_score: str = 'logit'        # what orders the top k: 'logit' l_1 (official codes) or 'probability' σ(l_1 − l_0) (CMP's text); 20_base
+    wise_alpha: float = 1.0         # WiSE-FT at the end: θ = (1−α)·θ_start + α·θ_selected; 1 = the fine-tuned weights (40_training)
     eval_batch: int = 64            # images / captions per embedding call at evaluation
     val_every: int = 1              # evaluate on `val` every this many epochs (and after the last step)
     checkpoint_every: int = 0       # also checkpoint every this many optimiser steps; 0 = at epoch ends only
@@ -216,21 +218,30 @@ def load_config(path, cls=RunConfig):
 # %% ../nbs/00_config.ipynb #506a7575
 _OFFICIAL = 'official config'   # SeDA's configs/cmp_decouple.yaml (its train.py for precision), built on CMP's code
 
+_CPU_V2 = [   # the cpu profile until 2026-12-03: the version-2 start; the grids of 41_grid were measured with it (issue 30 runs them again)
+    ('*', 'preset', 'tiny', '00_config: the CPU preset, same code path as paper'),
+    ('*', 'init_checkpoint', 'pretrained', '42_pretrain: the tiny X-VLM that ships in tpas_nb/weights'),
+    ('*', 'device', 'cpu', 'the CPU profile'),
+    ('*', 'epochs', 4, '42_pretrain, Fine-tuning on the CPU (624 steps, about 5 min on two cores)'),
+    ('*', 'batch_size', 64, '42_pretrain, trial "batch 32"; a global batch of paired records'),
+    ('*', 'k_test', 128, 'CMP App. B.2 "the top 128 images"; 30_retrieval: from cached keys and values, 2,000 queries in ~12 s on one thread'),
+    ('*', 'itm_score', 'logit', 'official codes (X-VLM, CMP, SeDA, GradCO) re-rank by itm_head(…)[:, 1]; CMP §5 says "matching probability" (the switch)'),
+    ('*', 'method_args.mlm_frac', 0.25, '42_pretrain, The recipe: MLM on a quarter of the captions'),
+    ('*', 'method_args.itm_neg_temp', 0.05, '42_pretrain, trial "ITM negatives at the learnt τ"'),
+    ('*', 'optim.lr', 2e-3, '42_pretrain, trials "lr / 2" and "lr x 2"'),
+    ('*', 'optim.lr_min', 2e-4, "lr / 10, the papers' ratio"),
+    ('*', 'optim.warmup_steps', 50, '42_pretrain'),
+]
+
 PROFILE_SETTINGS: dict[str, list[tuple]] = {   # profile -> rows (method, or '*' for every method; RunConfig path; value; source)
-    'cpu': [   # the tiny preset on a laptop's CPU, fine-tuning the shipped tiny X-VLM; the recipe is measured in 42_pretrain
-        ('*', 'preset', 'tiny', '00_config: the CPU preset, same code path as paper'),
-        ('*', 'init_checkpoint', 'pretrained', '42_pretrain: the tiny X-VLM that ships in tpas_nb/weights'),
-        ('*', 'device', 'cpu', 'the CPU profile'),
-        ('*', 'epochs', 4, '42_pretrain, Fine-tuning on the CPU (624 steps, about 5 min on two cores)'),
-        ('*', 'batch_size', 64, '42_pretrain, trial "batch 32"; a global batch of paired records'),
-        ('*', 'k_test', 128, 'CMP App. B.2 "the top 128 images"; 30_retrieval: from cached keys and values, 2,000 queries in ~12 s on one thread'),
-        ('*', 'itm_score', 'logit', 'official codes (X-VLM, CMP, SeDA, GradCO) re-rank by itm_head(…)[:, 1]; CMP §5 says "matching probability" (the switch)'),
-        ('*', 'method_args.mlm_frac', 0.25, '42_pretrain, The recipe: MLM on a quarter of the captions'),
-        ('*', 'method_args.itm_neg_temp', 0.05, '42_pretrain, trial "ITM negatives at the learnt τ"'),
-        ('*', 'optim.lr', 2e-3, '42_pretrain, trials "lr / 2" and "lr x 2"'),
-        ('*', 'optim.lr_min', 2e-4, "lr / 10, the papers' ratio"),
-        ('*', 'optim.warmup_steps', 50, '42_pretrain'),
+    'cpu': [   # the tiny preset on a laptop's CPU, fine-tuning the shipped version-3 tiny X-VLM; the recipe is measured in 42_pretrain
+        *[r for r in _CPU_V2 if r[1] not in ('init_checkpoint', 'optim.lr', 'optim.lr_min')],
+        ('*', 'init_checkpoint', 'pretrained-v3', '42_pretrain: the version-3 tiny X-VLM (three stages, 7.85 CPU hours) that ships in tpas_nb/weights'),
+        ('*', 'optim.lr', 5e-4, '42_pretrain, Fine-tuning from the version-3 start (lr 2e-3 was tuned on the version-2 start)'),
+        ('*', 'optim.lr_min', 5e-5, "lr / 10, the papers' ratio"),
+        ('*', 'wise_alpha', 0.5, 'WiSE-FT (Wortsman et al., CVPR 2022): its α without out-of-style validation data; 42_pretrain, Keeping the start'),
     ],
+    'cpu-v2': _CPU_V2,
     'paper': [   # the papers' fine-tuning of X-VLM on GPUs: CMP's recipe, which SeDA repeats; a method row replaces a '*' row
         ('*', 'preset', 'paper', 'CMP §4.3, §5, App. B.1: Swin-B at 224 px, BERT-base as 6 text + 6 cross layers, 56 tokens'),
         ('*', 'init_checkpoint', '', 'CMP §5 "initialized by X-VLM": 16m_base_model_state_step_199999.th (CMP README); give its path'),
@@ -285,7 +296,7 @@ FLAT_ALIASES = {   # flat parameter -> dotted RunConfig path, where the field's 
     'cache_dir': 'data.cache_dir', 'vocab': 'data.vocab', 'num_workers': 'data.num_workers', 'paired': 'data.paired',
     'random_erasing': 'data.random_erasing', 'eda_p': 'data.eda_p', 'eda_synonyms': 'data.eda_synonyms', 'hflip': 'data.hflip', 'train_split': 'data.train_split',
     'train_subset': 'data.train_subset', 'train_subset_seed': 'data.train_subset_seed', 'image_cache_mib': 'data.image_cache_mib', 'token_cache': 'data.token_cache',
-    **{k: f'optim.{k}' for k in ('lr', 'lr_min', 'warmup_steps', 'weight_decay', 'schedule', 'lr_mult_new', 'grad_clip')}}
+    **{k: f'optim.{k}' for k in ('lr', 'lr_min', 'warmup_steps', 'weight_decay', 'schedule', 'lr_mult_new', 'lr_mult_cross', 'grad_clip')}}
 
 def flat_path(name: str) -> str | None:
     "The dotted RunConfig path of a flat parameter; None for a method switch."

@@ -154,7 +154,7 @@ def corpus_vocab(root) -> Path:
 
 def pretrain(out_dir='runs/pretrain',          # the run folder (resumed when it exists)
              cache_dir: str = '',              # where the corpus is generated once (default: $TPAS_NB_CACHE or ~/.cache/tpas_nb)
-             dest=None,                        # where the checkpoint is exported (default: tpas_nb/weights)
+             dest=None,                        # where the checkpoint is exported (default: <out_dir>/export; shipping it is a copy into tpas_nb/weights)
              progress: bool = True,
              stop_after: int = 0,              # stop (checkpointed) after this many steps of this call; run again to resume
              corpus: dict = PRETRAIN_CORPUS,   # make_pretrain_corpus parameters
@@ -163,6 +163,7 @@ def pretrain(out_dir='runs/pretrain',          # the run folder (resumed when it
              **overrides,                      # RunConfig fields replacing the recipe's
             ) -> Path:                         # the run folder
     "Generate (or reuse) the corpus, train the recipe (resuming a killed run) and, once it is done, export the checkpoint."
+    dest = dest or Path(out_dir) / 'export'
     root = ensure_pretrain_corpus(corpus_dir(cache_dir, corpus), **corpus, progress=progress)
     vocab = corpus_vocab(root)
     run = train(pretrain_config(out_dir, root, **{'data': {'vocab': str(vocab)}, **overrides}), progress=progress, stop_after=stop_after,
@@ -192,11 +193,11 @@ def zero_shot_metrics(weights, out_dir, cache_dir: str = '', progress: bool = Fa
                 action_probe=action_probe(method, folder, tok, load_config(run / 'backbone.yaml', BackboneConfig).text.max_len))
 
 def pretrain_cli(argv=None):
-    "Console script `tpas_pretrain`: pretrain the tiny X-VLM on the SynthPAB corpus and export it to tpas_nb/weights."
+    "Console script `tpas_pretrain`: pretrain the tiny X-VLM on the SynthPAB corpus and export it (OUT_DIR/export, or --dest)."
     ap = argparse.ArgumentParser(prog='tpas_pretrain', description=pretrain_cli.__doc__.split(': ', 1)[1])
     ap.add_argument('--out-dir', default='runs/pretrain', help='the run folder; run the same command again to resume it')
     ap.add_argument('--cache-dir', default='', help='where the corpus is generated (default: $TPAS_NB_CACHE or ~/.cache/tpas_nb)')
-    ap.add_argument('--dest', default=None, help='export folder (default: the package, tpas_nb/weights)')
+    ap.add_argument('--dest', default=None, help='export folder (default: OUT_DIR/export; the shipped checkpoints in tpas_nb/weights are copies)')
     ap.add_argument('--threads', type=int, default=0, help='torch CPU threads (default: one per core)')
     ap.add_argument('--stop-after', type=int, default=0, help='stop after this many steps (resumable)')
     ap.add_argument('--no-progress', action='store_true')
@@ -231,16 +232,14 @@ def wise_ft(run,                  # a fine-tuned run folder (or Run) whose confi
            ) -> torch.nn.Module:  # the run's method with interpolated weights, in eval mode
     "WiSE-FT: θ = (1−α)·θ_start + α·θ_fine-tuned for every parameter the start checkpoint holds; the method's own new layers stay fine-tuned."
     from tpas_nb.runs import Run
-    from tpas_nb.train import _init_checkpoint
+    from tpas_nb.train import _init_checkpoint, wise_interpolate
     if not 0 <= alpha <= 1: raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     run = run if isinstance(run, Run) else Run(run)
     if not run.config.init_checkpoint: raise ValueError(f"{run.path} was trained from scratch (no init_checkpoint): there is no start to interpolate with")
+    if weights == 'best' and (run.src / 'tuned.safetensors').exists(): weights = 'tuned'      # a WiSE-FT run: its fine-tuned weights
     tuned, start = run.load_method(weights), run.build_method()
     new = _init_checkpoint(start, run.config, run.tokenizer, run.path, write=False)       # ids of the parameters the checkpoint lacks
-    with torch.no_grad():
-        for p, p0 in zip(tuned.parameters(), start.parameters()):
-            if id(p0) not in new: p.lerp_(p0, 1 - alpha)                                  # p + (1−α)(p0 − p)
-    return tuned.eval()
+    return wise_interpolate(tuned, start, alpha, keep=new).eval()
 
 def wise_ft_sweep(run, alphas=(0.0, 0.25, 0.5, 0.75, 1.0), splits=('test', 'ucc', 'heldout'), k_test: int = 0,
                   batch_size: int = 64, progress: bool = False):   # DataFrame: R@1 and hard-pair % per α and split
@@ -258,10 +257,10 @@ def wise_ft_sweep(run, alphas=(0.0, 0.25, 0.5, 0.75, 1.0), splits=('test', 'ucc'
     return pd.DataFrame(rows)
 
 # %% ../nbs/42_pretrain.ipynb #d9ff508c
-RECIPE_TRIALS: dict[str, dict] = {   # trial -> flat parameters laid over the cpu profile (from_flat, 29_methods)
+RECIPE_TRIALS: dict[str, dict] = {   # trial -> flat parameters laid over the cpu-v2 profile, the version-2 start they were measured on (from_flat, 29_methods)
     'the cpu profile': {},
-    'lr / 2': {'lr': PROFILES['cpu']['optim']['lr'] / 2, 'lr_min': PROFILES['cpu']['optim']['lr_min'] / 2},
-    'lr x 2': {'lr': PROFILES['cpu']['optim']['lr'] * 2, 'lr_min': PROFILES['cpu']['optim']['lr_min'] * 2},
+    'lr / 2': {'lr': PROFILES['cpu-v2']['optim']['lr'] / 2, 'lr_min': PROFILES['cpu-v2']['optim']['lr_min'] / 2},
+    'lr x 2': {'lr': PROFILES['cpu-v2']['optim']['lr'] * 2, 'lr_min': PROFILES['cpu-v2']['optim']['lr_min'] * 2},
     'batch 32': {'batch_size': 32},
     'unpaired batches': {'paired': False},
     'ITM negatives at the learnt τ': {'itm_neg_temp': 0.0},
@@ -269,8 +268,8 @@ RECIPE_TRIALS: dict[str, dict] = {   # trial -> flat parameters laid over the cp
 }
 
 def recipe_trial(name: str, out_dir, method: str = 'cmp', cache_dir: str = '', progress: bool = False) -> dict:
-    "Fine-tune `method` with the cpu profile changed by RECIPE_TRIALS[name]; its val numbers and cost (no test split)."
-    cfg = from_flat('cpu', method=method, out_dir=str(Path(out_dir) / name.replace(' ', '_').replace('/', 'div')),
+    "Fine-tune `method` with the cpu-v2 profile changed by RECIPE_TRIALS[name]; its val numbers and cost (no test split)."
+    cfg = from_flat('cpu-v2', method=method, out_dir=str(Path(out_dir) / name.replace(' ', '_').replace('/', 'div')),
                     cache_dir=cache_dir or None, **RECIPE_TRIALS[name])
     run = train(cfg, progress=progress, final_splits=())
     m = json.loads((run / 'metrics.json').read_text())

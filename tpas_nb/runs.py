@@ -124,7 +124,7 @@ def build_run_method(config: RunConfig, tokenizer, run_dir=None) -> nn.Module:
 
 
 # %% ../nbs/29_runs.ipynb #d05fec6b
-WEIGHTS = ('best', 'checkpoint', 'auto')
+WEIGHTS = ('best', 'checkpoint', 'auto', 'tuned')
 
 class RunError(FileNotFoundError):
     "A folder that is not a usable run folder; the message names the file and the fix."
@@ -204,7 +204,7 @@ class Run:
         return PABFolder(self.data_root)
 
     def weights(self, which: str = 'best') -> Path:
-        "The weights file: 'best' (selected on val), 'checkpoint' (the last), or 'auto' (best, else the last checkpoint)."
+        "The weights file: 'best' (selected on val; with WiSE-FT, interpolated with the start), 'checkpoint' (the last), 'auto' (best, else the last checkpoint), or 'tuned' (the selected weights of a WiSE-FT run)."
         if which not in WEIGHTS: raise ValueError(f"weights must be one of {WEIGHTS}, got {which!r}")
         names = ['best', 'checkpoint'] if which == 'auto' else [which]
         for n in names:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/40_training.ipynb #d0ae63e2
 from __future__ import annotations
-import argparse, contextlib, copy, json, math, random, sys, time
+import argparse, contextlib, copy, json, math, random, shutil, sys, time
 from dataclasses import dataclass, field, fields, asdict, replace
 from pathlib import Path
 
@@ -21,13 +21,13 @@ from .methods.base import ITM_SCORES
 from .methods import from_flat
 
 # %% auto #0
-__all__ = ['NORM_LAYERS', 'SCHEDULES', 'RESUMABLE_CHANGES', 'no_decay_ids', 'param_groups', 'build_optimizer', 'lr_factor',
-           'build_scheduler', 'epoch_permutation', 'micro_batches', 'SeededItems', 'rng_state', 'set_rng_state',
-           'save_state', 'load_state', 'config_changes', 'make_accelerator', 'vocab_list', 'val_summary', 'better',
-           'TrainState', 'Callback', 'progress_line', 'Trainer', 'CancelFit', 'matmul_peak', 'step_flops', 'SpeedCB',
-           'ResumeCB', 'LogCB', 'ValidateCB', 'StopAfterCB', 'CheckpointCB', 'ProgressCB', 'FinalEvalCB', 'run_metrics',
-           'train', 'plot_loss_curves', 'example_queries', 'run_examples', 'save_plots', 'speed_table',
-           'close_process_group', 'train_cli']
+__all__ = ['NORM_LAYERS', 'SCHEDULES', 'RESUMABLE_CHANGES', 'no_decay_ids', 'cross_ids', 'param_groups', 'build_optimizer',
+           'lr_factor', 'build_scheduler', 'epoch_permutation', 'micro_batches', 'SeededItems', 'rng_state',
+           'set_rng_state', 'save_state', 'load_state', 'config_changes', 'make_accelerator', 'run_vocab', 'vocab_list',
+           'val_summary', 'better', 'TrainState', 'Callback', 'progress_line', 'Trainer', 'CancelFit', 'matmul_peak',
+           'step_flops', 'SpeedCB', 'ResumeCB', 'LogCB', 'ValidateCB', 'StopAfterCB', 'CheckpointCB', 'ProgressCB',
+           'wise_interpolate', 'WiseCB', 'FinalEvalCB', 'run_metrics', 'train', 'plot_loss_curves', 'example_queries',
+           'run_examples', 'save_plots', 'speed_table', 'close_process_group', 'train_cli']
 
 # %% ../nbs/40_training.ipynb #aad30838
 NORM_LAYERS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm)
@@ -40,25 +40,37 @@ def no_decay_ids(model: nn.Module) -> set[int]:
             if 'bias' in name or isinstance(mod, NORM_LAYERS) or p.ndim == 0: out.add(id(p))
     return out
 
+def cross_ids(model: nn.Module) -> set[int]:
+    "ids of the cross encoder's parameters: the text encoder's cross layers and the ITM head (of `model.backbone`, or `model` itself)."
+    bb = getattr(model, 'backbone', model)
+    te = bb.text_encoder
+    return {id(p) for m in [*te.bert.encoder.layer[te.num_text_layers:], bb.itm_head] for p in m.parameters()}
+
 def param_groups(model: nn.Module,               # the method (or any module)
                  lr: float,                      # η_0
                  weight_decay: float,            # λ of the decayed groups
                  new_ids: set[int] = frozenset(),  # ids of parameters not loaded from the init checkpoint
                  lr_mult_new: float = 1.0,       # μ_new
+                 cross: set[int] = frozenset(),  # ids of the pretrained parameters with their own multiplier (`cross_ids`)
+                 lr_mult_cross: float = 1.0,     # μ_cross
                 ) -> list[dict]:                 # AdamW groups: params, lr, weight_decay, name (empty groups dropped)
-    "The four AdamW groups (decay / no decay) × (pretrained / new); every trainable parameter exactly once."
+    "AdamW groups (decay / no decay) × (pretrained / cross / new); every trainable parameter exactly once, a new one never in `cross`."
     nd = no_decay_ids(model)
-    groups = {(d, n): [] for n in (False, True) for d in (True, False)}
+    kind = lambda p: 'new' if id(p) in new_ids else 'cross' if id(p) in cross else ''
+    mult = {'': 1.0, 'cross': lr_mult_cross, 'new': lr_mult_new}
+    groups = {(d, k): [] for k in mult for d in (True, False)}
     for _, p in model.named_parameters():          # named_parameters yields a tied parameter once
-        if p.requires_grad: groups[(id(p) not in nd, id(p) in new_ids)].append(p)
-    return [dict(params=ps, lr=lr * (lr_mult_new if new else 1.0), weight_decay=weight_decay if decay else 0.0,
-                 name=('decay' if decay else 'no_decay') + ('_new' if new else ''))
-            for (decay, new), ps in groups.items() if ps]
+        if p.requires_grad: groups[(id(p) not in nd, kind(p))].append(p)
+    return [dict(params=ps, lr=lr * mult[k], weight_decay=weight_decay if decay else 0.0,
+                 name=('decay' if decay else 'no_decay') + (f'_{k}' if k else ''))
+            for (decay, k), ps in groups.items() if ps]
 
 def build_optimizer(model: nn.Module, optim: OptimConfig, new_ids: set[int] = frozenset()) -> torch.optim.AdamW:
-    "AdamW over `param_groups` with the betas of `optim`."
+    "AdamW over `param_groups` with the betas of `optim` (the cross groups only when `lr_mult_cross` ≠ 1, so that older runs resume)."
     if optim.lr <= 0 or optim.weight_decay < 0: raise ValueError(f"need lr > 0 and weight_decay >= 0, got {optim.lr}, {optim.weight_decay}")
-    return torch.optim.AdamW(param_groups(model, optim.lr, optim.weight_decay, new_ids, optim.lr_mult_new),
+    if optim.lr_mult_cross < 0: raise ValueError(f"need lr_mult_cross >= 0, got {optim.lr_mult_cross}")
+    cross = cross_ids(model) if optim.lr_mult_cross != 1 else frozenset()
+    return torch.optim.AdamW(param_groups(model, optim.lr, optim.weight_decay, new_ids, optim.lr_mult_new, cross, optim.lr_mult_cross),
                              lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay)
 
 # %% ../nbs/40_training.ipynb #13aaeb2d
@@ -167,7 +179,7 @@ def load_state(path) -> dict:
     return torch.load(Path(path), map_location='cpu', weights_only=True)
 
 # %% ../nbs/40_training.ipynb #50f9b8a7
-RESUMABLE_CHANGES = ('device', 'mixed_precision', 'k_test', 'itm_score', 'eval_batch', 'val_every', 'checkpoint_every', 'out_dir',
+RESUMABLE_CHANGES = ('device', 'mixed_precision', 'k_test', 'itm_score', 'wise_alpha', 'eval_batch', 'val_every', 'checkpoint_every', 'out_dir',
                      'data.num_workers', 'data.cache_dir', 'data.image_cache_mib', 'data.token_cache')   # may differ between a run and its resumption
 
 def config_changes(old: RunConfig, new: RunConfig) -> dict:
@@ -213,6 +225,13 @@ def _init_checkpoint(method, config: RunConfig, tok, out: Path, write: bool) -> 
         atomic_write(out / 'init_report.json', lambda p: p.write_text(json.dumps(
             dict(checkpoint=str(path), sha256=file_digest(path), counts={k: len(v) for k, v in rep.items()}, **rep), indent=1)))
     return {id(p) for p in method.parameters()} - loaded
+
+def run_vocab(config: RunConfig) -> str | None:
+    "The vocabulary file of a run: data.vocab, else the one beside its init checkpoint (<stem>.vocab.txt), else None (the folder's own)."
+    from tpas_nb.models.encoders import resolve_checkpoint
+    if config.data.vocab: return config.data.vocab
+    side = resolve_checkpoint(config.init_checkpoint, config.preset).with_suffix('.vocab.txt') if config.init_checkpoint else None
+    return str(side) if side is not None and side.exists() else None
 
 def vocab_list(tok) -> list[str]:
     "The tokenizer's vocabulary in id order."
@@ -275,13 +294,15 @@ class Trainer:
         from accelerate.utils import set_seed
         from tpas_nb.data.pab import PABFolder, pab_tokenizer
         if config.itm_score not in ITM_SCORES: raise ValueError(f"unknown itm_score {config.itm_score!r}; valid: {ITM_SCORES}")   # before hours of training
+        if not 0 <= config.wise_alpha <= 1 or (config.wise_alpha < 1 and not config.init_checkpoint):
+            raise ValueError(f"wise_alpha must be in [0, 1], and below 1 only with an init_checkpoint to interpolate with; got {config.wise_alpha}")
         self.t_start, self.config, self.acc = time.time(), config, make_accelerator(config)
         self.main, self.W, self.rank = self.acc.is_main_process, self.acc.num_processes, self.acc.process_index
         self.out, self.show = Path(config.out_dir), progress and self.main
         with self.acc.local_main_process_first():
             self.root = resolve_data_root(config.data, progress=self.show)
             self.folder = PABFolder(self.root)
-            data_tok = pab_tokenizer(self.folder, config.data.vocab or None)
+            data_tok = pab_tokenizer(self.folder, run_vocab(config))
         self.resuming = (self.out / 'state.pt').exists()
         if self.resuming and (changes := config_changes(load_config(self.out / 'config.yaml'), config)):
             raise ValueError(f"{self.out} holds a run with another configuration ({', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in changes.items())}); "
@@ -544,8 +565,42 @@ class ProgressCB(Callback):
             self.said = time.time()
             print(progress_line(t.st, t.total, t.epoch, t.config.epochs, t.B, t.losses['loss'], t.end_of_epoch or t.last), flush=True)
 
+def wise_interpolate(tuned: nn.Module,      # the fine-tuned method, changed in place
+                     start: nn.Module,      # the same method with the start's weights
+                     alpha: float,          # 0: the start, 1: the fine-tuned weights
+                     keep: set[int] = frozenset(),   # ids of `start`'s parameters the start checkpoint lacks (they stay fine-tuned)
+                    ) -> nn.Module:
+    "WiSE-FT (Wortsman et al., CVPR 2022): θ ← (1−α)·θ_start + α·θ for every parameter but those in `keep`."
+    if not 0 <= alpha <= 1: raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    names = [n for n, _ in tuned.named_parameters()]
+    if names != [n for n, _ in start.named_parameters()]: raise ValueError("wise_interpolate: the two methods have different parameters")
+    with torch.no_grad():
+        for p, p0 in zip(tuned.parameters(), start.parameters()):
+            if id(p0) not in keep: p.lerp_(p0.to(p.device, p.dtype), 1 - alpha)       # p + (1−α)(p0 − p)
+    return tuned
+
+class WiseCB(Callback):
+    "`wise_alpha` < 1: at the end of a finished run, the selected weights (kept as tuned.safetensors) interpolated with the start become best.safetensors."
+    order = 55
+    def after_fit(self, t):
+        a, tuned, best = t.config.wise_alpha, t.out / 'tuned.safetensors', t.out / 'best.safetensors'
+        if not t.st.done or t.total == 0: return                   # nothing was fine-tuned (epochs 0: zero-shot)
+        if a >= 1:                                                   # a finished run evaluated again without WiSE-FT: the selected weights
+            if t.main and tuned.exists(): shutil.copyfile(tuned, best)
+            return
+        if t.main and not tuned.exists():                            # once: a resumed final evaluation interpolates the same weights again
+            if not (t.has_val and best.exists()): save_weights(t.net, best, t.st.step)
+            shutil.copyfile(best, tuned)
+        t.acc.wait_for_everyone()
+        step = load_weights(t.net, tuned)
+        start = t.run.build_method()
+        keep = _init_checkpoint(start, t.config, t.tok, t.out, write=False)
+        wise_interpolate(t.net, start.to(t.acc.device), a, keep)
+        if t.main: save_weights(t.net, best, step)
+        t.acc.wait_for_everyone()
+
 class FinalEvalCB(Callback):
-    "At the end of a finished run: the selected weights on the final splits, metrics.json, the figures."
+    "At the end of a finished run: the selected weights (interpolated with the start when `wise_alpha` < 1) on the final splits, metrics.json, the figures."
     order = 60
     def __init__(self, splits=('test', 'ucc', 'heldout')): self.splits = splits
     def after_fit(self, t):
@@ -555,7 +610,8 @@ class FinalEvalCB(Callback):
         elif t.main: save_weights(t.net, t.out / 'best.safetensors', t.st.step)
         t.acc.wait_for_everyone()
         splits = {s: t.evaluate(s, progress=t.show) for s in self.splits if s in t.folder.splits()}
-        if t.has_val: splits['val'] = t.st.best_val                  # computed when these weights were selected
+        if t.has_val:                                                # the selected weights' val; WiSE-FT's own when they were interpolated
+            splits['val'] = t.evaluate('val', progress=t.show) if t.config.wise_alpha < 1 and t.total else t.st.best_val
         if t.main:
             metrics = run_metrics(t, splits, eval_wall_s=round(time.time() - t_eval, 1))
             atomic_write(t.out / 'metrics.json', lambda p: p.write_text(json.dumps(metrics, indent=1)))
@@ -579,7 +635,7 @@ def run_metrics(t: Trainer, splits: dict, eval_wall_s: float) -> dict:
                  mixed_precision=t.acc.mixed_precision, final=_log_lines(t.out / 'log.jsonl')[-1:] or None,
                  speed=getattr(t, 'speed', None))           # SpeedCB: FLOPs per step, the matmul peak, MFU
     return dict(method=c.method, preset=c.preset, method_args=c.method_args, data_root=str(t.root), synthetic=folder.synthetic,
-                out_dir=str(t.out), selection=selection, splits=splits, val_history=st.val_history, train=train,
+                out_dir=str(t.out), selection=selection, wise_alpha=c.wise_alpha, splits=splits, val_history=st.val_history, train=train,
                 eval_wall_s=eval_wall_s, wall_s_this_session=round(time.time() - t.t_start, 1),
                 parameters=dict(trainable=_trainable(t.net), total=sum(p.numel() for p in t.net.parameters())),
                 peak_memory_mib=_peak_memory_mib(), init_checkpoint=c.init_checkpoint or None, torch=torch.__version__)
@@ -592,7 +648,7 @@ def train(config: RunConfig,            # the run (00_config); out_dir is the ru
           callbacks: tuple = (),        # further Callbacks
          ) -> Path:                     # the run folder
     "Train `config.method`, keep the best val weights, evaluate them on test (and ucc); returns the run folder."
-    cbs = [ResumeCB(), LogCB(), ValidateCB(), StopAfterCB(stop_after), CheckpointCB(), SpeedCB(), FinalEvalCB(final_splits), *callbacks]
+    cbs = [ResumeCB(), LogCB(), ValidateCB(), StopAfterCB(stop_after), CheckpointCB(), SpeedCB(), WiseCB(), FinalEvalCB(final_splits), *callbacks]
     t = Trainer(config, method, progress, cbs + ([ProgressCB()] if progress else []))
     t.fit()
     return t.out

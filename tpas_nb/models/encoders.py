@@ -16,11 +16,11 @@ from transformers.models.bert.modeling_bert import BertEmbeddings, BertLayer, Be
 from ..config import BackboneConfig, VisionConfig, TextConfig
 
 # %% auto #0
-__all__ = ['GLOBAL_POOLS', 'XVLM_UNEXPECTED', 'PRETRAINED', 'ImageEncoder', 'bert_config', 'padding_mask', 'cross_layer',
-           'init_bert_weights', 'TextEncoder', 'pool_parts', 'AttentionPool', 'masked_mean', 'stripe_pool',
-           'pool_image', 'pool_text', 'global_head', 'itm_mlp', 'Backbone', 'fast_linear', 'CrossKV', 'LoadReport',
-           'xvlm_to_ours', 'load_xvlm_checkpoint', 'to_xvlm_state_dict', 'weights_dir', 'resolve_checkpoint',
-           'check_checkpoint_vocab']
+__all__ = ['GLOBAL_POOLS', 'XVLM_UNEXPECTED', 'PRETRAINED', 'SHIPPED', 'ImageEncoder', 'bert_config', 'padding_mask',
+           'cross_layer', 'init_bert_weights', 'TextEncoder', 'pool_parts', 'AttentionPool', 'masked_mean',
+           'stripe_pool', 'pool_image', 'pool_text', 'global_head', 'itm_mlp', 'Backbone', 'fast_linear', 'CrossKV',
+           'LoadReport', 'xvlm_to_ours', 'load_xvlm_checkpoint', 'to_xvlm_state_dict', 'weights_dir',
+           'resolve_checkpoint', 'check_checkpoint_vocab']
 
 # %% ../../nbs/10_encoders.ipynb #f8dfefab
 class ImageEncoder(SwinTransformer):
@@ -412,21 +412,23 @@ def to_xvlm_state_dict(model: Backbone) -> dict:
                    lambda m: f'vision_encoder.layers.{int(m[1]) - 1}.downsample.', k)
         out[k] = v.clone()
     return out
-PRETRAINED = {'tiny': 'xvlm_tiny_synthpab.safetensors'}   # preset -> the checkpoint shipped in tpas_nb/weights (42_pretrain)
+PRETRAINED = {'tiny': 'xvlm_tiny_synthpab.safetensors'}   # preset -> the checkpoint shipped in tpas_nb/weights (42_pretrain): version 2, the grids' start
+SHIPPED = {'pretrained': PRETRAINED,                        # init_checkpoint name -> preset -> file in tpas_nb/weights
+           'pretrained-v3': {'tiny': 'xvlm_tiny_synthpab_v3.safetensors'}}   # version 3 (three stages), the cpu profile's start
 
 def weights_dir() -> Path:
     "tpas_nb/weights: the checkpoints that ship with the package, with their provenance."
     from importlib.resources import files
     return Path(str(files('tpas_nb'))) / 'weights'
 
-def resolve_checkpoint(name: str, # 'pretrained' (the preset's shipped checkpoint) or a local path
+def resolve_checkpoint(name: str, # a name of SHIPPED ('pretrained', 'pretrained-v3': the preset's shipped checkpoint) or a local path
                        preset: str) -> Path:
     "The file of an `init_checkpoint`."
-    if name == 'pretrained':
-        if preset not in PRETRAINED:
-            raise ValueError(f"no pretrained checkpoint ships for preset {preset!r} (only for {sorted(PRETRAINED)}): "
+    if name in SHIPPED:
+        if preset not in SHIPPED[name]:
+            raise ValueError(f"no {name} checkpoint ships for preset {preset!r} (only for {sorted(SHIPPED[name])}): "
                              "give the path of an X-VLM checkpoint, or '' to train from scratch")
-        path = weights_dir() / PRETRAINED[preset]
+        path = weights_dir() / SHIPPED[name][preset]
         if not path.exists(): raise FileNotFoundError(f"{path}: the shipped checkpoint is missing; regenerate it with tpas_pretrain (42_pretrain)")
         return path
     path = Path(name).expanduser()
