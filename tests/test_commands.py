@@ -193,7 +193,7 @@ def test_tpas_validate_reads_seda_official_files(tmp_path):
 
 def test_train_cli_profile_and_train_subset(tmp_path):
     "`python -m tpas_nb.train --profile cpu -p …` trains on a fixed subset of whole people and records it in the run folder."
-    from tpas_nb.config import load_config
+    from tpas_nb.config import PROFILES, load_config
     from tpas_nb.data.pab import PABFolder, subset_positions
     from tpas_nb.runs import resolve_data_root
     out = tmp_path / 'run'
@@ -203,7 +203,10 @@ def test_train_cli_profile_and_train_subset(tmp_path):
     r = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=600)
     assert r.returncode == 0, f"exit {r.returncode}\nSTDERR:\n{r.stderr[-5000:]}"
     cfg = load_config(out / 'config.yaml')
-    assert (cfg.data.train_subset, cfg.data.train_subset_seed, cfg.optim.lr, cfg.init_checkpoint) == (9, 3, 2e-3, 'pretrained')
+    cpu = PROFILES['cpu']                                                    # the profile's values, the subset's own
+    assert (cfg.data.train_subset, cfg.data.train_subset_seed, cfg.optim.lr, cfg.init_checkpoint, cfg.wise_alpha) == \
+        (9, 3, cpu['optim']['lr'], cpu['init_checkpoint'], cpu['wise_alpha'])
+    assert (out / 'tuned.safetensors').exists()                             # WiSE-FT ran (no val split: the last weights were interpolated)
     info = json.loads((out / 'train_subset.json').read_text())
     recs = PABFolder(resolve_data_root(cfg.data, progress=False)).records('train')
     keep = subset_positions(recs, 9, seed=3)
