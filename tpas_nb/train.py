@@ -593,9 +593,9 @@ class WiseCB(Callback):
             shutil.copyfile(best, tuned)
         t.acc.wait_for_everyone()
         step = load_weights(t.net, tuned)
-        start = t.run.build_method()
+        start = copy.deepcopy(t.net)                                 # the run's own method (a custom one too), then the start's weights
         keep = _init_checkpoint(start, t.config, t.tok, t.out, write=False)
-        wise_interpolate(t.net, start.to(t.acc.device), a, keep)
+        wise_interpolate(t.net, start, a, keep)
         if t.main: save_weights(t.net, best, step)
         t.acc.wait_for_everyone()
 
@@ -635,7 +635,8 @@ def run_metrics(t: Trainer, splits: dict, eval_wall_s: float) -> dict:
                  mixed_precision=t.acc.mixed_precision, final=_log_lines(t.out / 'log.jsonl')[-1:] or None,
                  speed=getattr(t, 'speed', None))           # SpeedCB: FLOPs per step, the matmul peak, MFU
     return dict(method=c.method, preset=c.preset, method_args=c.method_args, data_root=str(t.root), synthetic=folder.synthetic,
-                out_dir=str(t.out), selection=selection, wise_alpha=c.wise_alpha, splits=splits, val_history=st.val_history, train=train,
+                out_dir=str(t.out), selection=selection, wise_alpha=c.wise_alpha if t.total else None,   # None: nothing was fine-tuned, nothing interpolated
+                splits=splits, val_history=st.val_history, train=train,
                 eval_wall_s=eval_wall_s, wall_s_this_session=round(time.time() - t.t_start, 1),
                 parameters=dict(trainable=_trainable(t.net), total=sum(p.numel() for p in t.net.parameters())),
                 peak_memory_mib=_peak_memory_mib(), init_checkpoint=c.init_checkpoint or None, torch=torch.__version__)
