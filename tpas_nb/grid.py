@@ -4,7 +4,7 @@
 
 # %% ../nbs/41_grid.ipynb #3ff208b0
 from __future__ import annotations
-import argparse, copy, json, re, shutil, sys, time, traceback
+import argparse, copy, functools, json, re, shutil, sys, time, traceback
 from pathlib import Path
 from typing import Callable
 
@@ -20,10 +20,11 @@ from .methods.qcalign import QCT_ARMS
 from .methods.gradco import GRADCO_ARMS
 
 # %% auto #0
-__all__ = ['GRIDS', 'GRID_PROFILE', 'GRID_BUDGET', 'GRID_FIELDS', 'RUN_STATES', 'DIAGNOSE_GRIDS', 'METRICS', 'DIAGNOSTICS',
-           'RECORD_FILES', 'arm_slug', 'arm_from_slug', 'run_dir', 'run_state', 'merge', 'grid_arms', 'grid_config',
-           'same_config', 'grid_status', 'find_same_run', 'diagnose_grid', 'run_grid', 'flatten_metrics', 'collect',
-           'summarise', 'paired_delta', 'check_records', 'parse_sets', 'grid_cli']
+__all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'GRID_PROFILE', 'GRID_FIELDS', 'RUN_STATES', 'DIAGNOSE_GRIDS', 'METRICS',
+           'DIAGNOSTICS', 'RECORD_FILES', 'merge', 'grid_budget', 'arm_slug', 'arm_from_slug', 'run_dir', 'run_state',
+           'grid_arms', 'grid_config', 'same_config', 'grid_status', 'find_same_run', 'diagnose_grid', 'run_grid',
+           'flatten_metrics', 'collect', 'summarise', 'paired_delta', 'run_hits', 'seed_variance', 'check_records',
+           'parse_sets', 'grid_cli']
 
 # %% ../nbs/41_grid.ipynb #0ef3bcd0
 GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper prints it) -> (method, switches[, RunConfig overrides])
@@ -31,7 +32,8 @@ GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper print
             'X-VLM (baseline)': ('xvlm', {}), '+PE': ('xvlm', dict(pose=True)), '+IHNM': ('xvlm', dict(ihnm=True)),
             'CMP': ('cmp', {}),
             'CMP +EDA': ('cmp', {}, {'data': {'eda_p': 1.0}}),           # the official code's caption augmentation (03a_eda)
-            'CMP from scratch': ('cmp', {}, {'init_checkpoint': ''})},   # what the pretrained start is worth
+            'CMP from scratch': ('cmp', {}, {'init_checkpoint': ''}),    # what the pretrained start is worth
+            'CMP, a tenth of train': ('cmp', {}, {'data': {'train_subset': 1000}})},   # the leaderboard's 0.1M setting: a tenth of the records (33_leaderboard)
     'seda': dict(ABLATION_ROWS),
     'qcalign': {'CMP': ('cmp', {}), **{f'CMP {arm}': ('cmp', sw) for arm, sw in QCT_ARMS.items()},
                 'X-VLM': ('xvlm', {}), 'X-VLM +QC-Align': ('xvlm', QCT_ARMS['+QC-Align'])},
@@ -40,8 +42,26 @@ GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper print
 }
 
 # %% ../nbs/41_grid.ipynb #82239887
-GRID_PROFILE = 'cpu-v2'   # the profile the committed grid records were measured with (00_config); issue 30 runs the grids again on 'cpu'
-GRID_BUDGET: dict = {**PROFILES[GRID_PROFILE], 'k_test': 32}   # RunConfig fields shared by every run of every grid: that profile, re-ranking the top 32
+GRID_ROUNDS: dict[str, tuple[str, dict, dict]] = {   # records root's folder name -> (profile of 00_config, changes to it, {grid: further changes})
+    'grid': ('cpu', {},                         # issue 30: the version-3 start, re-ranking the top 128 as the papers do
+             {'gradco': {'wise_alpha': 1.0, 'optim': {'lr_mult_new': 5.0}}}),   # GradCO's new layers: measured below, 'GradCO's setting'
+    'grid_v2': ('cpu-v2', {'k_test': 32}, {}),  # the first round (2026-11-30 to 12-02): the version-2 start, re-ranking the top 32
+}
+GRID_FINAL_SPLITS = ('test', 'ucc', 'heldout', 'weather:dark')   # every grid run is evaluated on these at its end (issue 30: robustness per row)
+
+def merge(base: dict, over: dict) -> dict:
+    "`base` updated by `over`, nested dicts merged key by key (neither is modified)."
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+def grid_budget(root='runs/grid', grid: str | None = None) -> dict:
+    "RunConfig fields shared by every run of a round (of one grid): the GRID_ROUNDS entry named by root's last folder ('grid', the current round, for any other name)."
+    profile, changes, per_grid = GRID_ROUNDS.get(Path(root).name, GRID_ROUNDS['grid'])
+    return merge(merge(PROFILES[profile], changes), per_grid.get(grid, {}))
+
+GRID_PROFILE = GRID_ROUNDS['grid'][0]   # the current round's profile
 GRID_FIELDS = ('method', 'seed', 'out_dir')   # set by the grid, never by the budget
 
 # %% ../nbs/41_grid.ipynb #32fdafb1
@@ -68,13 +88,6 @@ def run_state(folder) -> str:
     return 'missing'
 
 # %% ../nbs/41_grid.ipynb #e8d32972
-def merge(base: dict, over: dict) -> dict:
-    "`base` updated by `over`, nested dicts merged key by key (neither is modified)."
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
-    return out
-
 def grid_arms(grid: str, arms=None) -> list[str]:
     "The arm labels of `grid` (all, or those named in `arms` by label or slug), in the grid's order."
     if grid not in GRIDS: raise ValueError(f"unknown grid {grid!r}; valid grids: {list(GRIDS)}")
@@ -86,8 +99,8 @@ def grid_arms(grid: str, arms=None) -> list[str]:
     return [a for a in GRIDS[grid] if a in wanted]
 
 def grid_config(grid: str, arm: str, seed: int, root='runs/grid', overrides: dict | None = None) -> RunConfig:
-    "The RunConfig of one run: GRID_BUDGET merged with `overrides` and the arm's own, the arm's method and switches, the seed, the run folder."
-    budget = merge(GRID_BUDGET, overrides or {})
+    "The RunConfig of one run: the round's budget (`grid_budget(root)`) merged with `overrides` and the arm's own, the arm's method and switches, the seed, the run folder."
+    budget = merge(grid_budget(root, grid), overrides or {})
     if set(budget) & set(GRID_FIELDS):
         raise ValueError(f"{sorted(set(budget) & set(GRID_FIELDS))} are set by the grid, not by the budget")
     method, switches, *arm_over = GRIDS[grid][arm]
@@ -183,15 +196,17 @@ def run_grid(grid: str,                          # a key of GRIDS
              root='runs/grid',                   # the grid's runs go to <root>/<grid>/<arm slug>/seed<k>/
              arms=None,                          # arm labels or slugs (None: all)
              dry_run: bool = False,              # only report what would be done
-             overrides: dict | None = None,      # merged into GRID_BUDGET (nested like RunConfig)
+             overrides: dict | None = None,      # merged into the round's budget (grid_budget, nested like RunConfig)
              progress: bool = True,              # train's progress bars
              reuse: bool = True,                 # copy the metrics of an identical finished run under root
-             train_fn: Callable | None = None,   # train(config, progress=) -> run folder (default tpas_nb.train.train)
+             train_fn: Callable | None = None,   # train(config, progress=) -> run folder (default tpas_nb.train.train, evaluated on GRID_FINAL_SPLITS)
             ) -> pd.DataFrame:                   # one row per run: state before, action, state after, seconds
     "Train every missing (arm, seed) of `grid`, seed-major, resuming partial runs and going on past failures."
     arm_list = grid_arms(grid, arms)
     plan = [(seed, arm, grid_config(grid, arm, seed, root, overrides)) for seed in seeds for arm in arm_list]  # validates first
-    if train_fn is None and not dry_run: from tpas_nb.train import train as train_fn
+    if train_fn is None and not dry_run:
+        from tpas_nb.train import train
+        train_fn = functools.partial(train, final_splits=GRID_FINAL_SPLITS)
     rows, changed = [], []
     for i, (seed, arm, config) in enumerate(plan):
         out, t0 = Path(config.out_dir), time.time()
@@ -233,6 +248,9 @@ METRICS: dict[str, tuple] = {   # collect() column -> path in metrics.json
     'test_itc_R1': ('splits', 'test', 'itc', 'all', 'R1'),             # ITC ranking alone, before ITM re-ranking
     'test_itc_mAP': ('splits', 'test', 'itc', 'all', 'mAP'),
     **{f'ucc_{k}': ('splits', 'ucc', 'all', k) for k in ('R1', 'R5', 'R10', 'mAP')},
+    **{f'{n}_{k}': ('splits', s, 'all', k) for n, s in (('heldout', 'heldout'), ('dark', 'weather:dark')) for k in ('R1', 'mAP')},
+    **{f'{n}_itc_R1': ('splits', s, 'itc', 'all', 'R1') for n, s in (('ucc', 'ucc'), ('heldout', 'heldout'), ('dark', 'weather:dark'))},
+    **{f'{n}_hard_pair_acc': ('splits', s, 'hard_pair_acc') for n, s in (('ucc', 'ucc'), ('heldout', 'heldout'))},
     'val_R1': ('selection', 'R1'),                                     # the model-selection value
     'train_wall_s': ('train', 'wall_s'), 'steps': ('train', 'steps'), 'samples_per_s': ('train', 'samples_per_s'),
     'trainable_params': ('parameters', 'trainable'),
@@ -335,6 +353,30 @@ def paired_delta(df: pd.DataFrame,       # rows of collect() (one grid)
     return pd.DataFrame.from_dict(rows, orient='index', columns=['n', 'base', 'arm', 'mean_delta', 'std_delta', 'wins', 'p'])
 
 
+# %% ../nbs/41_grid.ipynb #51ed4b64
+def run_hits(root, grid: str, arm: str, split: str = 'test', itc: bool = False) -> pd.DataFrame:
+    "Rank-1 hits per query of every finished seed of one arm (rows: seeds), from metrics.json's r1_hits (`30_retrieval`); runs without them are left out."
+    from tpas_nb.eval.retrieval import unpack_hits
+    rows = {}
+    for mf in sorted((Path(root) / grid / arm_slug(arm)).glob('seed*/metrics.json'), key=lambda p: int(p.parent.name[4:])):
+        sp = json.loads(mf.read_text())['splits'].get(split) or {}
+        s = sp.get('itc', {}) if itc else sp
+        if s.get('r1_hits'): rows[int(mf.parent.name[4:])] = unpack_hits(s['r1_hits'], sp['n_queries'])
+    return pd.DataFrame(rows).T.rename_axis('seed')
+
+def seed_variance(hits,                 # S×Q booleans: rank-1 hit of each query under each seed (unpack_hits of metrics.json's r1_hits)
+                 ) -> dict:             # R@1 points: sd over seeds, its model and query parts; S, Q
+    "Seed-to-seed spread of R@1 on a fixed query set, split into a model part and a query part (two-way table without replication)."
+    h = np.asarray(hits, dtype=float)
+    if h.ndim != 2 or h.shape[0] < 2 or h.shape[1] < 2: raise ValueError(f"hits must be S×Q with S, Q >= 2 (seeds × queries), got shape {h.shape}")
+    S, Q = h.shape
+    r = h.mean(1)                                                           # R_s
+    resid = h - r[:, None] - h.mean(0)[None, :] + h.mean()
+    ms_int = (resid ** 2).sum() / ((S - 1) * (Q - 1))                        # σ²_{s×q}
+    var_r = r.var(ddof=1)
+    return dict(sd=100 * np.sqrt(var_r), sd_model=100 * np.sqrt(max(var_r - ms_int / Q, 0.0)), sd_query=100 * np.sqrt(ms_int / Q),
+                seeds=S, queries=Q)
+
 # %% ../nbs/41_grid.ipynb #6da66fb1
 RECORD_FILES = ('grid.json', 'config.yaml', 'metrics.json', 'diagnostics.json', 'log.jsonl')   # what git keeps of a grid run (.gitignore); weights and optimiser state stay local
 
@@ -390,7 +432,7 @@ def grid_cli(argv=None):
     ap.add_argument('--check', action='store_true', help="compare the finished runs with the grid's configuration now and exit (1 if any is stale)")
     ap.add_argument('--diagnose', action='store_true', help='write diagnostics.json for finished runs that lack one, and exit')
     ap.add_argument('--no-reuse', action='store_true', help='train even when an identical run exists under ROOT')
-    ap.add_argument('--set', action='append', default=[], metavar='KEY=VALUE', help='override GRID_BUDGET, e.g. epochs=4, optim.lr=1e-3')
+    ap.add_argument('--set', action='append', default=[], metavar='KEY=VALUE', help="override the round's budget (grid_budget), e.g. epochs=4, optim.lr=1e-3")
     a = ap.parse_args(argv)
     try:
         overrides = parse_sets(a.set)

@@ -14,9 +14,9 @@ import tpas_nb
 from .grid import GRIDS, METRICS, collect, summarise, paired_delta
 
 # %% auto #0
-__all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'paper_tables', 'table', 'metric_label',
-           'resolve_runs_root', 'beside', 'show_tables', 'paired', 'published_value', 'verdict', 'verdicts',
-           'rerank_summary', 'plot_rerank']
+__all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'ROBUSTNESS', 'paper_tables', 'table',
+           'metric_label', 'resolve_runs_root', 'beside', 'show_tables', 'paired', 'published_value', 'verdict',
+           'rerank_fails', 'verdicts', 'rerank_summary', 'plot_rerank']
 
 # %% ../nbs/95_tables.ipynb #813401c8
 CSV_PATH = Path(tpas_nb.__file__).parent / 'paper_tables.csv'   # package data (MANIFEST.in)
@@ -57,9 +57,9 @@ def table(paper: str,            # CMP, SeDA, QC-Align or GradCO
 MEASURES: dict[tuple[str, str], str] = {   # (paper, table) -> what the grid measures for it
     ('CMP', 'Table 1'): 'Nothing: dataset statistics. SynthPAB has its own (01_synthpab).',
     ('CMP', 'Table 2'): "Grid 'cmp', split test ('Normal' only; the nine weather copies are evaluated by 91_benchmark, not by the grid).",
-    ('CMP', 'Table 3'): "Grid 'cmp', split test (one SynthPAB training set stands for both 0.1M and 1M); the zero-shot X-VLM row is "
+    ('CMP', 'Table 3'): "Grid 'cmp', split test; 1M is SynthPAB's whole training split, 0.1M the arm 'CMP, a tenth of train' (the current round); the zero-shot X-VLM row is "
                         "the shipped tiny X-VLM as it is (arm 'X-VLM zero-shot', 42_pretrain).",
-    ('CMP', 'Table 4'): "Grid 'cmp', split ucc (SynthPAB's unseen scenes and camera).",
+    ('CMP', 'Table 4'): "Grid 'cmp', split ucc (SynthPAB's unseen scenes and camera); CMP's 0.1M row is the arm 'CMP, a tenth of train', its 1M row 'CMP'.",
     ('CMP', 'Table 5'): "Grid 'cmp', split test: the 'identity' subset of metrics.json (identity row) and the plain metrics (behaviour row).",
     ('CMP', 'Table 6'): "Grid 'cmp' (its four arms are this table's rows), split test; the grid's zero-shot and from-scratch arms "
                         "are in the paired comparison below the table.",
@@ -215,10 +215,24 @@ def verdict(delta: float, p: float, published_delta: float, n: int, n_required: 
     if not p < alpha: return 'not separable at this budget'
     return 'holds' if np.sign(delta) == np.sign(published_delta) else 'does not hold'
 
+def rerank_fails(runs: pd.DataFrame, arm: str) -> bool:
+    "Whether the re-ranking lowers `arm`'s test R@1 below its own ITC ranking (means over its seeds): a failed sanity check of the cross encoder."
+    r = runs[runs.arm == arm].dropna(subset=['test_R1', 'test_itc_R1']) if {'test_R1', 'test_itc_R1'} <= set(runs.columns) else runs.iloc[:0]
+    return bool(len(r)) and r.test_R1.mean() < r.test_itc_R1.mean()
+
+ROBUSTNESS = {'ucc Δ': 'ucc_R1', 'held-out Δ': 'heldout_R1', 'night Δ': 'dark_R1'}   # verdicts' columns -> collect() columns (re-ranked R@1)
+
+def _delta_cell(d: pd.DataFrame, base: str, arm: str, metric: str) -> str:
+    "'+1.23 ± 0.45 (p 0.012)' of arm − base on `metric`, paired by seed; '' without paired runs that have it."
+    if metric not in d or d[d.arm.isin([arm, base])][metric].isna().all(): return ''
+    r = paired_delta(d, base, metric).reindex([arm]).iloc[0]
+    if pd.isna(r.n) or not r.n: return ''
+    return f"{r.mean_delta:+.2f}" + (f" ± {r.std_delta:.2f}" if r.n > 1 else '') + (f" (p {r.p:.3f})" if np.isfinite(r.p) else '')
+
 def verdicts(measured: pd.DataFrame,       # collect() rows of one kind of data
              claims=CLAIMS, n_required: int = 3, alpha: float = 0.05,
             ) -> pd.DataFrame:             # one row per claim
-    "Each claim's published difference beside the measured one (paired by seed), the verdict, and for R@1 the same pair ranked by ITC alone."
+    "Each claim's published difference beside the measured one (paired by seed), the verdict, and for R@1 the same pair ranked by ITC alone; a verdict on an arm whose re-ranking is below its ITC ranking (`rerank_fails`) also gives the ITC verdict; the same pair on ucc, the held-out style and at night (`ROBUSTNESS`)."
     if measured.data.nunique() > 1: raise ValueError(f"runs on {sorted(measured.data.unique())}; pass one kind of data")
     rows = []
     for c in claims:
@@ -228,13 +242,18 @@ def verdicts(measured: pd.DataFrame,       # collect() rows of one kind of data
         n = 0 if r is None or pd.isna(r.n) else int(r.n)
         itc = paired_delta(d, c['base'], 'test_itc_R1').reindex([c['arm']]).iloc[0] \
               if n and c['metric'] == 'test_R1' and 'test_itc_R1' in d else None                 # the same pair ranked by ITC alone
+        failed = [a for a in (c['arm'], c['base']) if rerank_fails(d, a)] if itc is not None else []
+        v = verdict(r.mean_delta if n else np.nan, r.p if n else np.nan, pub, n, n_required, alpha)
+        if failed:                                                                               # not read as a method effect
+            v += f"; re-ranking fails its sanity check ({', '.join(failed)}); by ITC alone: " + verdict(itc.mean_delta, itc.p, pub, int(itc.n), n_required, alpha)
         rows.append({'paper': c['paper'], 'claim': c['claim'], 'comparison': f"{c['arm']} − {c['base']} ({c['grid']})",
                      'metric': metric_label(c['metric']), 'published Δ': round(pub, 2),
                      'measured Δ': f"{r.mean_delta:+.2f} ± {r.std_delta:.2f}" if n > 1 else f"{r.mean_delta:+.2f}" if n else '',
                      'wins': r.wins if n else '', 'p': r.p if n else np.nan,
-                     'verdict': verdict(r.mean_delta if n else np.nan, r.p if n else np.nan, pub, n, n_required, alpha),
+                     'verdict': v,
                      'ITC-only Δ': '' if itc is None or pd.isna(itc.mean_delta) else f"{itc.mean_delta:+.2f}" + (f" ± {itc.std_delta:.2f}" if itc.n > 1 else ''),
-                     'ITC-only p': np.nan if itc is None else itc.p})
+                     'ITC-only p': np.nan if itc is None else itc.p,
+                     **{k: _delta_cell(d, c['base'], c['arm'], m) if c['metric'] == 'test_R1' else '' for k, m in ROBUSTNESS.items()}})
     return pd.DataFrame(rows)
 
 # %% ../nbs/95_tables.ipynb #520496dc
@@ -258,7 +277,8 @@ def rerank_summary(measured: pd.DataFrame,  # collect() rows of one kind of data
         out.append(s.drop_duplicates('label').assign(grid=g))
     s = pd.concat(out).set_index(['grid', 'label'])
     s['rerank_delta'] = (s.test_R1 - s.test_itc_R1).round(2)
-    return s[['test_itc_R1', 'test_itc_R1_sd', 'test_R1', 'test_R1_sd', 'rerank_delta']]
+    s['sanity'] = np.where(s.test_R1 < s.test_itc_R1, 'FAILED: re-ranking lowers R@1', 'ok')   # as `rerank_fails`
+    return s[['test_itc_R1', 'test_itc_R1_sd', 'test_R1', 'test_R1_sd', 'rerank_delta', 'sanity']]
 
 def plot_rerank(measured: pd.DataFrame,     # collect() rows of one kind of data
                 grids=None,                 # grid names (default: every grid in measured, in GRIDS' order)

@@ -19,7 +19,8 @@ from ..methods.base import ITM_SCORES
 # %% auto #0
 __all__ = ['FUSIONS', 'ITC_TIEBREAK', 'POSITIVE_COLOUR', 'COUNTERPART_COLOUR', 'positive_mask', 'sorted_relevance',
            'retrieval_metrics', 'similarity', 'fuse_scores', 'uses_cached_itm', 'rank', 'rank_naive', 'embed_gallery',
-           'embed_queries', 'hard_pair_accuracy', 'split_metrics', 'evaluate', 'plot_retrieval_examples']
+           'embed_queries', 'hard_pair_accuracy', 'pack_hits', 'unpack_hits', 'r1_hits', 'split_metrics', 'evaluate',
+           'plot_retrieval_examples']
 
 # %% ../../nbs/30_retrieval.ipynb #76dc9e94
 def _as_codes(query_ids, gallery_ids) -> tuple[Tensor, Tensor]:
@@ -328,6 +329,22 @@ def hard_pair_accuracy(scores,             # Q×G scores
     best_cp = scores.masked_fill(~counterpart, -torch.inf).amax(1)                    # Q
     return 100 * (best_pos > best_cp)[has].double().mean().item()
 
+def pack_hits(hits) -> str:
+    "A boolean vector (one entry per query) as the hex string of its packed bits: 2,000 queries in 500 characters."
+    return np.packbits(np.asarray(hits, dtype=bool)).tobytes().hex()
+
+def unpack_hits(packed: str, n: int) -> np.ndarray:
+    "The n booleans that `pack_hits` packed."
+    bits = np.unpackbits(np.frombuffer(bytes.fromhex(packed), np.uint8))
+    if not n <= len(bits) < n + 8: raise ValueError(f"{len(packed)} hex characters hold {len(bits)} bits, not the bits of {n} queries")
+    return bits[:n].astype(bool)
+
+def r1_hits(scores, query_ids, gallery_ids) -> np.ndarray:
+    "Per query: is its positive at rank 1 (ties broken pessimistically, as in `retrieval_metrics`)."
+    scores = torch.as_tensor(scores)
+    pos = positive_mask(query_ids, gallery_ids).to(scores.device)
+    return np.concatenate([(_query_stats(scores[i:i + 1024], pos[i:i + 1024])[0] == 1).cpu().numpy() for i in range(0, len(pos), 1024)])
+
 def split_metrics(scores,                   # Q×G scores
                   query_ids,                # Q image ids (behaviour search: the exact image)
                   gallery_ids,              # G image ids
@@ -335,7 +352,7 @@ def split_metrics(scores,                   # Q×G scores
                   query_person_ids=None,    # Q person ids (identity search, hard pairs; None: skip them)
                   gallery_person_ids=None,  # G person ids
                   ks=(1, 5, 10),
-                 ) -> dict:                 # {'all', 'normal', 'anomaly', 'identity': metrics | None, 'hard_pair_acc': float | None}
+                 ) -> dict:                 # {'all', 'normal', 'anomaly', 'identity': metrics | None, 'hard_pair_acc': float | None, 'r1_hits': hex}
     "Metrics of the whole split, of its Normal and Anomaly queries, identity search and hard-pair accuracy."
     scores = torch.as_tensor(scores)
     qids = list(query_ids.tolist() if hasattr(query_ids, 'tolist') else query_ids)
@@ -346,6 +363,7 @@ def split_metrics(scores,                   # Q×G scores
     person = _have(query_person_ids) and _have(gallery_person_ids)
     out['identity'] = retrieval_metrics(scores, query_person_ids, gallery_person_ids, ks) if person else None
     out['hard_pair_acc'] = hard_pair_accuracy(scores, qids, gallery_ids, query_person_ids, gallery_person_ids)
+    out['r1_hits'] = pack_hits(r1_hits(scores, qids, gallery_ids))   # per query, for paired and bootstrap tests (41_grid)
     return out
 
 # %% ../../nbs/30_retrieval.ipynb #10dd651e
