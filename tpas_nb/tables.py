@@ -244,15 +244,15 @@ def verdicts(measured: pd.DataFrame,       # collect() rows of one kind of data
               if n and c['metric'] == 'test_R1' and 'test_itc_R1' in d else None                 # the same pair ranked by ITC alone
         failed = [a for a in (c['arm'], c['base']) if rerank_fails(d, a)] if itc is not None else []
         v = verdict(r.mean_delta if n else np.nan, r.p if n else np.nan, pub, n, n_required, alpha)
-        if failed:                                                                               # not read as a method effect
-            v += f"; re-ranking fails its sanity check ({', '.join(failed)}); by ITC alone: " + verdict(itc.mean_delta, itc.p, pub, int(itc.n), n_required, alpha)
+        v_itc = '' if itc is None else verdict(itc.mean_delta, itc.p, pub, int(itc.n), n_required, alpha)
         rows.append({'paper': c['paper'], 'claim': c['claim'], 'comparison': f"{c['arm']} − {c['base']} ({c['grid']})",
                      'metric': metric_label(c['metric']), 'published Δ': round(pub, 2),
                      'measured Δ': f"{r.mean_delta:+.2f} ± {r.std_delta:.2f}" if n > 1 else f"{r.mean_delta:+.2f}" if n else '',
                      'wins': r.wins if n else '', 'p': r.p if n else np.nan,
-                     'verdict': v,
+                     'verdict': v + (' †' if failed else ''),   # †: the re-ranking fails its sanity check; not read as a method effect
+                     'sanity': f"fails: {', '.join(failed)}" if failed else ('ok' if itc is not None else ''),
                      'ITC-only Δ': '' if itc is None or pd.isna(itc.mean_delta) else f"{itc.mean_delta:+.2f}" + (f" ± {itc.std_delta:.2f}" if itc.n > 1 else ''),
-                     'ITC-only p': np.nan if itc is None else itc.p,
+                     'ITC-only p': np.nan if itc is None else itc.p, 'ITC verdict': v_itc,
                      **{k: _delta_cell(d, c['base'], c['arm'], m) if c['metric'] == 'test_R1' else '' for k, m in ROBUSTNESS.items()}})
     return pd.DataFrame(rows)
 
