@@ -18,9 +18,9 @@ from ..methods.base import ITM_SCORES
 
 # %% auto #0
 __all__ = ['FUSIONS', 'ITC_TIEBREAK', 'POSITIVE_COLOUR', 'COUNTERPART_COLOUR', 'positive_mask', 'sorted_relevance',
-           'retrieval_metrics', 'similarity', 'fuse_scores', 'uses_cached_itm', 'rank', 'rank_naive', 'embed_gallery',
-           'embed_queries', 'hard_pair_accuracy', 'pack_hits', 'unpack_hits', 'r1_hits', 'split_metrics', 'evaluate',
-           'plot_retrieval_examples']
+           'per_query_stats', 'retrieval_metrics', 'similarity', 'fuse_scores', 'uses_cached_itm', 'rank', 'rank_naive',
+           'embed_gallery', 'embed_queries', 'hard_pair_accuracy', 'pack_hits', 'unpack_hits', 'r1_hits',
+           'split_metrics', 'evaluate', 'plot_retrieval_examples']
 
 # %% ../../nbs/30_retrieval.ipynb #76dc9e94
 def _as_codes(query_ids, gallery_ids) -> tuple[Tensor, Tensor]:
@@ -64,13 +64,12 @@ def _query_stats(scores:Tensor, pos:Tensor) -> tuple[Tensor, Tensor, Tensor]:
     inp = n_rel.double() / last.double()                                 # Q
     return first, ap, inp
 
-def retrieval_metrics(scores,           # Q×G scores (tensor or array), higher = better
-                      query_ids,        # Q ids of the queries' positives
-                      gallery_ids,      # G ids of the gallery items; positive iff ids are equal
-                      ks=(1, 5, 10),    # K of the R@K entries
-                      chunk:int=1024,   # queries per block (bounds memory to chunk×G)
-                     ) -> dict:         # {'R1', 'R5', 'R10', 'mAP', 'mINP'} in percent (plain floats)
-    "R@K, mAP and mINP of a score matrix; ties are broken pessimistically; every query needs a positive."
+def per_query_stats(scores,       # Q×G scores (tensor or array), higher = better
+                    query_ids,    # Q ids of the queries' positives
+                    gallery_ids,  # G ids of the gallery items; positive iff ids are equal
+                    chunk:int=1024, # queries per block (bounds memory to chunk×G)
+                   ) -> tuple[Tensor, Tensor, Tensor]:  # Q ranks of the first positive, Q APs, Q INPs
+    "Per query: the rank of its first positive, its AP and INP (ties broken pessimistically); the checks of `retrieval_metrics`."
     scores = torch.as_tensor(scores)
     if scores.ndim != 2 or 0 in scores.shape:
         raise ValueError(f"scores must be a non-empty Q×G matrix, got shape {tuple(scores.shape)}")
@@ -78,7 +77,6 @@ def retrieval_metrics(scores,           # Q×G scores (tensor or array), higher 
     q, g = _as_codes(query_ids, gallery_ids)
     if (len(q), len(g)) != tuple(scores.shape):
         raise ValueError(f"scores are {tuple(scores.shape)} (Q×G) but there are {len(q)} query ids and {len(g)} gallery ids")
-    if not ks or any(not isinstance(k, int) or k < 1 for k in ks): raise ValueError(f"ks must be positive ints, got {ks}")
     q, g = q.to(scores.device), g.to(scores.device)
     pos = q[:, None] == g[None, :]                                       # Q×G
     missing = (~pos.any(1)).nonzero().flatten()
@@ -86,9 +84,25 @@ def retrieval_metrics(scores,           # Q×G scores (tensor or array), higher 
         raise ValueError(f"{len(missing)} of {len(q)} queries have no positive in the gallery "
                          f"(query indices {missing[:10].tolist()}{' …' if len(missing) > 10 else ''}); check the ids")
     stats = [_query_stats(scores[i:i + chunk], pos[i:i + chunk]) for i in range(0, len(q), chunk)]
-    first, ap, inp = (torch.cat(t) for t in zip(*stats))
+    return tuple(torch.cat(t) for t in zip(*stats))
+
+def _check_ks(ks):
+    if not ks or any(not isinstance(k, int) or k < 1 for k in ks): raise ValueError(f"ks must be positive ints, got {ks}")
+
+def _summary(first: Tensor, ap: Tensor, inp: Tensor, ks) -> dict:
+    "R@K, mAP and mINP in percent from the per-query statistics."
     out = {f'R{k}': 100 * (first <= k).double().mean().item() for k in ks}
     return dict(out, mAP=100 * ap.mean().item(), mINP=100 * inp.mean().item())
+
+def retrieval_metrics(scores,           # Q×G scores (tensor or array), higher = better
+                      query_ids,        # Q ids of the queries' positives
+                      gallery_ids,      # G ids of the gallery items; positive iff ids are equal
+                      ks=(1, 5, 10),    # K of the R@K entries
+                      chunk:int=1024,   # queries per block (bounds memory to chunk×G)
+                     ) -> dict:         # {'R1', 'R5', 'R10', 'mAP', 'mINP'} in percent (plain floats)
+    "R@K, mAP and mINP of a score matrix; ties are broken pessimistically; every query needs a positive."
+    _check_ks(ks)
+    return _summary(*per_query_stats(scores, query_ids, gallery_ids, chunk), ks)
 
 # %% ../../nbs/30_retrieval.ipynb #8c6d3b8f
 FUSIONS = ('itm', 'itm+itc')   # valid `score_fusion` values
@@ -341,9 +355,7 @@ def unpack_hits(packed: str, n: int) -> np.ndarray:
 
 def r1_hits(scores, query_ids, gallery_ids) -> np.ndarray:
     "Per query: is its positive at rank 1 (ties broken pessimistically, as in `retrieval_metrics`)."
-    scores = torch.as_tensor(scores)
-    pos = positive_mask(query_ids, gallery_ids).to(scores.device)
-    return np.concatenate([(_query_stats(scores[i:i + 1024], pos[i:i + 1024])[0] == 1).cpu().numpy() for i in range(0, len(pos), 1024)])
+    return (per_query_stats(scores, query_ids, gallery_ids)[0] == 1).cpu().numpy()
 
 def split_metrics(scores,                   # Q×G scores
                   query_ids,                # Q image ids (behaviour search: the exact image)
@@ -356,14 +368,16 @@ def split_metrics(scores,                   # Q×G scores
     "Metrics of the whole split, of its Normal and Anomaly queries, identity search and hard-pair accuracy."
     scores = torch.as_tensor(scores)
     qids = list(query_ids.tolist() if hasattr(query_ids, 'tolist') else query_ids)
-    out = dict(all=retrieval_metrics(scores, qids, gallery_ids, ks))
+    _check_ks(ks)
+    first, ap, inp = per_query_stats(scores, qids, gallery_ids)          # once: the metrics and the per-query hits
+    out = dict(all=_summary(first, ap, inp, ks))
     for kind in ('normal', 'anomaly'):
         rows = [i for i, k in enumerate(query_kinds or []) if k == kind]
         out[kind] = retrieval_metrics(scores[rows], [qids[i] for i in rows], gallery_ids, ks) if rows else None
     person = _have(query_person_ids) and _have(gallery_person_ids)
     out['identity'] = retrieval_metrics(scores, query_person_ids, gallery_person_ids, ks) if person else None
     out['hard_pair_acc'] = hard_pair_accuracy(scores, qids, gallery_ids, query_person_ids, gallery_person_ids)
-    out['r1_hits'] = pack_hits(r1_hits(scores, qids, gallery_ids))   # per query, for paired and bootstrap tests (41_grid)
+    out['r1_hits'] = pack_hits((first == 1).cpu().numpy())         # per query, for paired and bootstrap tests (41_grid)
     return out
 
 # %% ../../nbs/30_retrieval.ipynb #10dd651e
