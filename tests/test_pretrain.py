@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tpas_nb.data.pab import synthpab_vocab
-from tpas_nb.methods import METHODS, build_method
+from tpas_nb.methods import build_method, method_table
 from tpas_nb.models.encoders import SHIPPED, load_xvlm_checkpoint, resolve_checkpoint, weights_dir
 from tpas_nb.pretrain import checkpoint_paths, corpus_dir, PRETRAIN_CORPUS
 from tpas_nb.runs import file_digest as _sha256
@@ -43,7 +43,7 @@ def test_version3_files_match_their_provenance():
 
 @needs_ckpt
 @pytest.mark.parametrize('name', sorted(SHIPPED))
-@pytest.mark.parametrize('method', sorted(METHODS))
+@pytest.mark.parametrize('method', sorted(method_table().methods))
 def test_loads_into_every_method(method, name):
     "Every backbone key of every method comes from the checkpoint (SeDA and GradCO replace the global heads)."
     path = resolve_checkpoint(name, 'tiny')

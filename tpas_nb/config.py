@@ -11,10 +11,10 @@ from pathlib import Path
 import yaml
 
 # %% auto #0
-__all__ = ['PRESETS', 'PROFILE_SETTINGS', 'PROFILES', 'FLAT_ALIASES', 'REQUIREMENTS', 'VisionConfig', 'TextConfig',
+__all__ = ['PRESETS', 'PROFILE_SETTINGS', 'PROFILES', 'FLAT_ALIASES', 'WHY_VERSIONS', 'VisionConfig', 'TextConfig',
            'BackboneConfig', 'get_preset', 'with_dropout', 'DataConfig', 'OptimConfig', 'RunConfig', 'to_dict',
            'config_diff', 'from_dict', 'save_config', 'load_config', 'profile_fields', 'profile_table', 'flat_path',
-           'flat_value', 'flat_config', 'progress', 'check_requirements']
+           'flat_value', 'flat_config', 'progress', 'declared_requirements', 'check_requirements']
 
 # %% ../nbs/00_config.ipynb #55b62538
 @dataclass
@@ -347,22 +347,27 @@ def progress(it, enabled: bool = True, total: int | None = None, leave: bool = F
     return progress_bar(it, total=total, leave=leave)
 
 # %% ../nbs/00_config.ipynb #ac29e16f
-REQUIREMENTS = {   # package -> (minimum version, why the code needs it), checked when tpas_nb is imported
-    'transformers': ('5.0.0', "10_encoders calls BertLayer(hidden, mask, encoder_hidden_states, encoder_attention_mask) and "
-                              "reads a tensor back, the signature of transformers 5.0 (4.x: head_mask third, a tuple returned)")}
+WHY_VERSIONS = {   # package -> why the code needs the versions settings.ini's `requirements` asks for (the one place that states them)
+    'transformers': "10_encoders calls BertLayer(hidden, mask, encoder_hidden_states, encoder_attention_mask) and "
+                    "reads a tensor back, the signature of transformers 5.0 (4.x: head_mask third, a tuple returned)"}
 
-def _version_tuple(v: str) -> tuple:
-    "'5.0.0rc1' -> (5, 0, 0): the first three numbers of a version string."
-    import re
-    return tuple(int(x) for x in re.findall(r'\d+', v.split('+')[0])[:3])
+def declared_requirements(dist: str = 'tpas_nb') -> dict:
+    "Package -> version specifier, as the installed `dist` declares them (settings.ini's `requirements`; extras left out); {} when it is not installed."
+    from importlib.metadata import requires, PackageNotFoundError
+    from packaging.requirements import Requirement
+    try: reqs = requires(dist) or []
+    except PackageNotFoundError: return {}                                # run from a source tree that pip never installed
+    return {r.name.lower(): r.specifier for r in map(Requirement, reqs) if r.marker is None}
 
-def check_requirements(requirements: dict = REQUIREMENTS, installed=None):
-    "Raise an ImportError naming the package, the version found, the minimum and why, for an installed package that is too old."
+def check_requirements(why: dict = WHY_VERSIONS, declared: dict | None = None, installed=None):
+    "Raise an ImportError naming the package, the version found, the versions tpas_nb declares and why, for an installed package outside them."
     from importlib.metadata import version, PackageNotFoundError
-    for pkg, (minimum, why) in requirements.items():
+    declared = declared_requirements() if declared is None else declared
+    for pkg, reason in why.items():
+        if pkg not in declared: continue
         try: have = (installed or version)(pkg)
         except PackageNotFoundError: continue                          # a missing package fails at its own import
-        if _version_tuple(have) < _version_tuple(minimum):
-            raise ImportError(f"tpas_nb needs {pkg} >= {minimum}, found {have}: {why}. Upgrade it: pip install '{pkg}>={minimum}'")
+        if not declared[pkg].contains(have, prereleases=True):
+            raise ImportError(f"tpas_nb needs {pkg}{declared[pkg]}, found {have}: {reason}. Upgrade it: pip install '{pkg}{declared[pkg]}'")
 
 check_requirements()

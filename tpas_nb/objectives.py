@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['INFONCE_DIRECTIONS', 'itc_similarity', 'itc_targets', 'info_nce', 'itc_loss', 'GatherWithGrad', 'gather_with_grad',
-           'process_rows', 'sample_itm_negatives', 'ItmPairs', 'build_itm_pairs', 'itm_loss', 'mask_tokens', 'mlm_loss']
+__all__ = ['INFONCE_DIRECTIONS', 'itc_similarity', 'itc_targets', 'info_nce', 'itc_loss', 'gather_with_grad', 'process_rows',
+           'sample_itm_negatives', 'ItmPairs', 'build_itm_pairs', 'itm_loss', 'mask_tokens', 'mlm_loss']
 
 # %% ../nbs/12_objectives.ipynb #90f3173e
 def _shape(t) -> tuple:
@@ -94,24 +94,12 @@ def _world() -> int:
     "Processes of the running process group (1 without one)."
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
-class GatherWithGrad(torch.autograd.Function):
-    "all_gather of equal-sized B×… tensors whose backward sums the gradient over processes and returns this process's rows."
-    @staticmethod
-    def forward(ctx, x: Tensor) -> Tensor:                    # B×… -> W·B×…, rank order
-        parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
-        dist.all_gather(parts, x.contiguous())
-        return torch.cat(parts)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:                # W·B×… -> B×…
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad)                                  # Σ_p ∂L^(p)/∂X
-        return process_rows(grad)
-
 def gather_with_grad(x:Tensor, # B×… of this process
                     ) -> Tensor: # W·B×… of all processes in rank order (x itself with one process)
-    "Concatenate x over the processes, differentiably: the contrastive batch of ITC, FDL and COL under DDP."
-    return GatherWithGrad.apply(x) if _world() > 1 else x
+    "Concatenate x over the processes, differentiably (backward: the gradient summed over processes, this process's rows): the contrastive batch of ITC, FDL and COL under DDP."
+    if _world() == 1: return x
+    from torch.distributed.nn.functional import all_gather   # differentiable all_gather; its backward sums over the processes
+    return torch.cat(all_gather(x.contiguous()))
 
 def process_rows(x:Tensor,   # a gathered tensor, W equal shares along `dim`
                  dim:int=0,

@@ -48,7 +48,7 @@ def load_weights(model: nn.Module, path) -> int:
     "Load a `save_weights` file into `model` (strict; weights of an older layout are renamed by `upgrade_state_dict`); returns its step."
     from safetensors import safe_open
     from safetensors.torch import load_file
-    from tpas_nb.models.attention import upgrade_state_dict
+    from tpas_nb.models.legacy import upgrade_state_dict
     path = Path(path)
     if not path.exists(): raise FileNotFoundError(f"{path}: weights file not found")
     sd = upgrade_state_dict(load_file(str(path)))

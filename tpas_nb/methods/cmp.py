@@ -4,12 +4,11 @@
 
 # %% ../../nbs/20_cmp.ipynb #efd56aa6
 from __future__ import annotations
-from .base import Method, MethodConfig, register
-from .base import METHODS, build_method, TokenIds, ImageEmbedding, TextEmbedding, pad_to   # re-exported: imported from here before 20_base
+from .base import Method, MethodConfig, MethodSpec
 
 # %% auto #0
-__all__ = []
+__all__ = ['CMP_METHODS']
 
 # %% ../../nbs/20_cmp.ipynb #68cf8dec
-register('xvlm', Method, MethodConfig)
-register('cmp', Method, MethodConfig, pose=True, ihnm=True)
+CMP_METHODS = {'xvlm': MethodSpec(Method, MethodConfig, {}),                        # CMP Table 6, Baseline
+               'cmp': MethodSpec(Method, MethodConfig, dict(pose=True, ihnm=True))}  # CMP Table 6, PE + IHNM

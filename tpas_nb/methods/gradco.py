@@ -15,15 +15,15 @@ from fastcore.basics import patch
 
 from ..config import BackboneConfig
 from ..models.encoders import init_bert_weights, masked_mean, pool_image, pool_text
-from .base import Method, MethodConfig, TokenIds, Encoded, Report, register, match_score
+from .base import Method, MethodConfig, MethodSpec, TokenIds, Encoded, Report, match_score
 from .col import OffloadAnchor, offloaded_similarity, direction_diversity
 from ..objectives import sample_itm_negatives
 
 # %% auto #0
-__all__ = ['STREAMS', 'POOLS', 'GRADCO_ARMS', 'GradCOConfig', 'SubExpert', 'StreamOutput', 'pool_tokens', 'BackboneHead',
-           'ExpertStream', 'BehaviourMoE', 'HIAScores', 'aggregate_tokens', 'hia_text_feature', 'hia_image_feature',
-           'hia_weights_from_feature', 'pack_text_tokens', 'unpack_text_tokens', 'hia_image_tokens', 'hia_text_tokens',
-           'GradCOEncoded', 'GradCO']
+__all__ = ['STREAMS', 'POOLS', 'GRADCO_METHODS', 'GRADCO_ARMS', 'GradCOConfig', 'SubExpert', 'StreamOutput', 'pool_tokens',
+           'BackboneHead', 'ExpertStream', 'BehaviourMoE', 'HIAScores', 'aggregate_tokens', 'hia_text_feature',
+           'hia_image_feature', 'hia_weights_from_feature', 'pack_text_tokens', 'unpack_text_tokens',
+           'hia_image_tokens', 'hia_text_tokens', 'GradCOEncoded', 'GradCO']
 
 # %% ../../nbs/24_gradco.ipynb #503970c5
 STREAMS = ('app', 'norm', 'anom')   # appearance, normal behaviour, anomalous behaviour
@@ -400,7 +400,7 @@ class GradCO(Method):
         l_dir = {} if delta is None else {f'l_dir_{s}': direction_diversity(delta[r], self.cfg.sigma) for r, s in enumerate(streams)}
         return Report({**self.stream_stats(enc), **l_dir}, delta)
 
-register('gradco', GradCO, GradCOConfig, counterpart_batches=True)   # batches hold each person's two records (the reading above)
+GRADCO_METHODS = {'gradco': MethodSpec(GradCO, GradCOConfig, dict(counterpart_batches=True))}   # batches hold each person's two records (the reading above); the table: 29_methods
 
 # %% ../../nbs/24_gradco.ipynb #77b39e56
 @patch
@@ -418,8 +418,8 @@ GRADCO_ARMS: dict[str, dict] = {
     'D#4': dict(image_experts=False), 'D#5': dict(text_experts=False), 'D#6': dict(image_experts=False, text_experts=False),
     'D#7': dict(gamma=0.0), 'D#8': dict(anchors=False),
     'D#9': dict(hia_agg_sims=False), 'D#10': dict(hia_intent=False), 'D#11': dict(hia_agg_feat=False),
-    'D#12': dict(loss_weights={**MethodConfig.default_loss_weights(), 'itc': 0.0}),
-    'D#13': dict(loss_weights={**MethodConfig.default_loss_weights(), 'itm': 0.0}),
+    'D#12': dict(loss_weights={**MethodConfig.default_loss_weights(), 'itc': 0.0, 'qct': None}),   # 'qct': None, λ from qct_weight, as the
+    'D#13': dict(loss_weights={**MethodConfig.default_loss_weights(), 'itm': 0.0, 'qct': None}),   # records of these arms were saved
 }   # arm -> build_method('gradco', …) switches (paper's ablation, Figures 3-4)
 
 # %% ../../nbs/24_gradco.ipynb #cb6e09fa

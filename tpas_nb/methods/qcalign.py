@@ -13,13 +13,13 @@ import torch.nn.functional as F
 from torch import nn, Tensor
 
 from ..models.encoders import pool_parts
-from .base import register_regulariser
+from .base import RegulariserSpec
 
 # %% auto #0
-__all__ = ['SINKHORN_GRADS', 'SELF_MARGINALS', 'QCT_MARGINALS', 'QCT_ARMS', 'cosine_cost', 'transport_cost', 'SinkhornResult',
-           'sinkhorn_solve', 'sinkhorn', 'sinkhorn_unbalanced', 'came_attention', 'came_marginals', 'uniform_marginals',
-           'sinkhorn_divergence', 'project_tokens', 'token_heads', 'word_mask', 'qct_loss', 'qct_method_loss',
-           'QCTConfig']
+__all__ = ['SINKHORN_GRADS', 'SELF_MARGINALS', 'QCT_MARGINALS', 'QCT_REGULARISERS', 'QCT_ARMS', 'cosine_cost', 'transport_cost',
+           'SinkhornResult', 'sinkhorn_solve', 'sinkhorn', 'sinkhorn_unbalanced', 'came_attention', 'came_marginals',
+           'uniform_marginals', 'sinkhorn_divergence', 'project_tokens', 'token_heads', 'word_mask', 'qct_loss',
+           'qct_method_loss', 'QCTConfig']
 
 # %% ../../nbs/22_qcalign.ipynb #92b15b5e
 def cosine_cost(X: Tensor, # B×N×D
@@ -379,7 +379,7 @@ class QCTConfig:
             raise ValueError(f"qct_divergence and qct_unbalanced must be bools, got {self.qct_divergence!r}, {self.qct_unbalanced!r}")
         return self
 
-register_regulariser('qct', QCTConfig, qct_method_loss)
+QCT_REGULARISERS = {'qct': RegulariserSpec(QCTConfig, qct_method_loss)}   # QC-Align's entry in the project's table (29_methods)
 
 QCT_ARMS: dict[str, dict] = {
     '+OT':       dict(qct_weight=0.5, qct_marginals='uniform', qct_divergence=False, qct_unbalanced=False),

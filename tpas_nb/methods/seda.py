@@ -14,11 +14,12 @@ from torch import nn, Tensor
 from ..config import BackboneConfig
 from ..models.attention import CrossAttention
 from ..data.pab import SUB_KEYS
-from .base import Method, MethodConfig, TokenIds, Encoded, register, pad_to
+from .base import Method, MethodConfig, MethodSpec, TokenIds, Encoded, pad_to
 from ..objectives import itc_loss, itc_similarity, sample_itm_negatives, build_itm_pairs, itm_loss, ItmPairs
 
 # %% auto #0
-__all__ = ['FACTORS', 'STP_WEIGHTINGS', 'ABLATION_ROWS', 'STPOutput', 'SemanticTokenProjection', 'fdl_loss', 'SeDAConfig', 'SeDA']
+__all__ = ['FACTORS', 'STP_WEIGHTINGS', 'SEDA_METHODS', 'ABLATION_ROWS', 'STPOutput', 'SemanticTokenProjection', 'fdl_loss',
+           'SeDAConfig', 'SeDA']
 
 # %% ../../nbs/21_seda.ipynb #388a9f29
 FACTORS = SUB_KEYS                                          # ('appearance', 'action', 'background'), the sub-caption order
@@ -226,7 +227,7 @@ class SeDA(Method):
             losses['itm_sem'] = self.itm_sem_loss(img, sub_txt, sub_mask, pairs)
         return losses
 
-register('seda', SeDA, SeDAConfig, pose=True, ihnm=True)
+SEDA_METHODS = {'seda': MethodSpec(SeDA, SeDAConfig, dict(pose=True, ihnm=True))}   # on CMP: the pose branch and IHNM stay on (the table: 29_methods)
 
 # %% ../../nbs/21_seda.ipynb #3f6bea29
 ABLATION_ROWS = {  # SeDA ablation table row -> (method name, switches)
