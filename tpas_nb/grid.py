@@ -20,11 +20,12 @@ from .methods.qcalign import QCT_ARMS
 from .methods.gradco import GRADCO_ARMS
 
 # %% auto #0
-__all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'GRID_PROFILE', 'GRID_FIELDS', 'RUN_STATES', 'DIAGNOSE_GRIDS', 'METRICS',
-           'DIAGNOSTICS', 'RECORD_FILES', 'merge', 'grid_budget', 'arm_slug', 'arm_from_slug', 'run_dir', 'run_state',
-           'grid_arms', 'grid_config', 'same_config', 'grid_status', 'find_same_run', 'diagnose_grid', 'run_grid',
-           'flatten_metrics', 'collect', 'summarise', 'paired_delta', 'run_hits', 'seed_variance', 'check_records',
-           'parse_sets', 'grid_cli']
+__all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'TEST_REPLICAS', 'GRID_PROFILE', 'GRID_FIELDS', 'RUN_STATES',
+           'DIAGNOSE_GRIDS', 'METRICS', 'DIAGNOSTICS', 'DRAW_METRICS', 'REPLICA_VARIANT', 'RECORD_FILES',
+           'replica_split', 'merge', 'grid_budget', 'arm_slug', 'arm_from_slug', 'run_dir', 'run_state', 'grid_arms',
+           'grid_config', 'same_config', 'grid_status', 'find_same_run', 'diagnose_grid', 'run_grid', 'flatten_metrics',
+           'collect', 'summarise', 'paired_delta', 'grid_hours', 'run_hits', 'seed_variance', 'test_replica',
+           'evaluate_replicas', 'replicas_grid', 'check_records', 'parse_sets', 'grid_cli']
 
 # %% ../nbs/41_grid.ipynb #0ef3bcd0
 GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper prints it) -> (method, switches[, RunConfig overrides])
@@ -48,6 +49,11 @@ GRID_ROUNDS: dict[str, tuple[str, dict, dict]] = {   # records root's folder nam
     'grid_v2': ('cpu-v2', {'k_test': 32}, {}),  # the first round (2026-11-30 to 12-02): the version-2 start, re-ranking the top 32
 }
 GRID_FINAL_SPLITS = ('test', 'ucc', 'heldout', 'weather:dark')   # every grid run is evaluated on these at its end (issue 30: robustness per row)
+TEST_REPLICAS = 3   # ... and on this many fresh draws of SynthPAB's test split ('test@1'...): R@1 over 4 × 2,000 queries ('Four draws of the test split')
+
+def replica_split(k: int) -> str:
+    "metrics.json's name of draw k of the test split ('test@1'; draw 0 is 'test' itself)."
+    return 'test' if k == 0 else f'test@{k}'
 
 def merge(base: dict, over: dict) -> dict:
     "`base` updated by `over`, nested dicts merged key by key (neither is modified)."
@@ -191,6 +197,12 @@ def diagnose_grid(grid: str, root='runs/grid', seeds=None, arms=None, redo: bool
         print(f"{grid} / {arm} / seed {seed}: diagnostics {'written' if ok else 'failed (diagnostics_error.txt)'} in {time.time() - t0:.0f} s", flush=True)
     return pd.DataFrame(rows, columns=['arm', 'seed', 'ok', 'seconds'])
 
+def _replicas(out: Path, replicas: int) -> bool:
+    "evaluate_replicas on a finished run; a failure is written to replicas_error.txt, never raised (the run itself is fine)."
+    (out / 'replicas_error.txt').unlink(missing_ok=True)
+    try: evaluate_replicas(out, replicas); return True
+    except Exception: (out / 'replicas_error.txt').write_text(traceback.format_exc()); return False
+
 def run_grid(grid: str,                          # a key of GRIDS
              seeds=(0, 1, 2),                    # seeds, in the order they are run
              root='runs/grid',                   # the grid's runs go to <root>/<grid>/<arm slug>/seed<k>/
@@ -200,10 +212,12 @@ def run_grid(grid: str,                          # a key of GRIDS
              progress: bool = True,              # train's progress bars
              reuse: bool = True,                 # copy the metrics of an identical finished run under root
              train_fn: Callable | None = None,   # train(config, progress=) -> run folder (default tpas_nb.train.train, evaluated on GRID_FINAL_SPLITS)
+             replicas: int | None = None,        # draws of the test split besides 'test' (evaluate_replicas); None: TEST_REPLICAS with the default train_fn, else 0
             ) -> pd.DataFrame:                   # one row per run: state before, action, state after, seconds
     "Train every missing (arm, seed) of `grid`, seed-major, resuming partial runs and going on past failures."
     arm_list = grid_arms(grid, arms)
     plan = [(seed, arm, grid_config(grid, arm, seed, root, overrides)) for seed in seeds for arm in arm_list]  # validates first
+    if replicas is None: replicas = TEST_REPLICAS if train_fn is None else 0
     if train_fn is None and not dry_run:
         from tpas_nb.train import train
         train_fn = functools.partial(train, final_splits=GRID_FINAL_SPLITS)
@@ -228,6 +242,7 @@ def run_grid(grid: str,                          # a key of GRIDS
                     (out / 'error.txt').write_text(traceback.format_exc()); action = 'failed'
         after = run_state(out)
         if grid in DIAGNOSE_GRIDS and after == 'done' and action in ('trained', 'resumed', 'reused'): _diagnose(out)
+        if replicas and after == 'done' and action in ('trained', 'resumed', 'reused'): _replicas(out, replicas)
         rows.append(dict(grid=grid, arm=arm, seed=seed, before=before, action=action, after=after,
                          seconds=round(time.time() - t0, 1), run_dir=str(out)))
         if action not in ('skipped',) and not dry_run:
@@ -252,7 +267,7 @@ METRICS: dict[str, tuple] = {   # collect() column -> path in metrics.json
     **{f'{n}_itc_R1': ('splits', s, 'itc', 'all', 'R1') for n, s in (('ucc', 'ucc'), ('heldout', 'heldout'), ('dark', 'weather:dark'))},
     **{f'{n}_hard_pair_acc': ('splits', s, 'hard_pair_acc') for n, s in (('ucc', 'ucc'), ('heldout', 'heldout'))},
     'val_R1': ('selection', 'R1'),                                     # the model-selection value
-    'train_wall_s': ('train', 'wall_s'), 'steps': ('train', 'steps'), 'samples_per_s': ('train', 'samples_per_s'),
+    'train_wall_s': ('train', 'wall_s'), 'eval_wall_s': ('eval_wall_s',), 'steps': ('train', 'steps'), 'samples_per_s': ('train', 'samples_per_s'),
     'trainable_params': ('parameters', 'trainable'),
 }
 
@@ -274,10 +289,16 @@ def _get(d: dict, path: tuple):
         d = d[k]
     return np.nan if d is None else d
 
+DRAW_METRICS = {'R1': ('all', 'R1'), 'R5': ('all', 'R5'), 'R10': ('all', 'R10'), 'mAP': ('all', 'mAP'), 'itc_R1': ('itc', 'all', 'R1'),
+                'hard_pair_acc': ('hard_pair_acc',)}   # test4_<name>: the mean over the test split and its TEST_REPLICAS draws
+
 def flatten_metrics(m: dict) -> dict:
-    "The METRICS of one metrics.json, plus R-Avg on test and ucc, parameters in millions and seconds per step."
+    "The METRICS of one metrics.json, the means over the four draws of the test split (test4_*; NaN until every draw is there), R-Avg on test, test4 and ucc, parameters in millions and seconds per step."
     r = {k: _get(m, p) for k, p in METRICS.items()}
-    for s in ('test', 'ucc'): r[f'{s}_Ravg'] = float(np.mean([r[f'{s}_R1'], r[f'{s}_R5'], r[f'{s}_R10']]))
+    draws = [(m.get('splits') or {}).get(replica_split(k)) for k in range(TEST_REPLICAS + 1)]
+    for name, path in DRAW_METRICS.items():
+        r[f'test4_{name}'] = float(np.mean([_get(d, path) for d in draws])) if all(draws) else np.nan
+    for s in ('test', 'test4', 'ucc'): r[f'{s}_Ravg'] = float(np.mean([r[f'{s}_R1'], r[f'{s}_R5'], r[f'{s}_R10']]))
     r['params_M'] = r['trainable_params'] / 1e6
     r['train_s_per_step'] = r['train_wall_s'] / r['steps'] if r['steps'] else np.nan
     return r
@@ -300,7 +321,7 @@ def collect(root='runs/grid', grids=None) -> pd.DataFrame:
         rows.append(dict(grid=grid, arm=info.get('arm') or arm_from_slug(grid, f.parent.name), seed=int(f.name[4:]),
                          method=m['method'], method_args=m.get('method_args', {}), data='SynthPAB' if m.get('synthetic') else 'PAB',
                          **flatten_metrics(m), **_diag_columns(f), run_dir=str(f), reused_from=info.get('reused_from', '')))
-    cols = ['grid', 'arm', 'seed', 'method', 'method_args', 'data', *METRICS, 'test_Ravg', 'ucc_Ravg', 'params_M', 'train_s_per_step',
+    cols = ['grid', 'arm', 'seed', 'method', 'method_args', 'data', *METRICS, *[f'test4_{k}' for k in DRAW_METRICS], 'test_Ravg', 'test4_Ravg', 'ucc_Ravg', 'params_M', 'train_s_per_step',
             *DIAGNOSTICS, 'run_dir', 'reused_from']
     return _order(pd.DataFrame(rows, columns=cols)) if rows else pd.DataFrame(columns=cols)
 
@@ -353,15 +374,36 @@ def paired_delta(df: pd.DataFrame,       # rows of collect() (one grid)
     return pd.DataFrame.from_dict(rows, orient='index', columns=['n', 'base', 'arm', 'mean_delta', 'std_delta', 'wins', 'p'])
 
 
+# %% ../nbs/41_grid.ipynb #a8de36da
+def grid_hours(df: pd.DataFrame,   # rows of collect()
+              ) -> pd.DataFrame:   # index grid: runs, trained (not reused), hours of training, of final evaluation, and both
+    "Wall hours spent per grid by the runs it trained (reused runs cost nothing)."
+    cols = ['runs', 'trained', 'train_h', 'eval_h', 'total_h']
+    if not len(df): return pd.DataFrame(columns=cols)
+    d = df.assign(trained=df.reused_from.fillna('').eq(''))
+    t = d[d.trained].groupby('grid', sort=False)[['train_wall_s', 'eval_wall_s']].sum(min_count=1) / 3600
+    out = pd.DataFrame({'runs': d.groupby('grid', sort=False).size(), 'trained': d.groupby('grid', sort=False).trained.sum(),
+                        'train_h': t.train_wall_s, 'eval_h': t.eval_wall_s}).fillna({'train_h': 0.0, 'eval_h': 0.0})
+    out['total_h'] = out.train_h + out.eval_h
+    out.loc['all'] = out.sum()
+    return out.astype({'runs': int, 'trained': int}).round(2)[cols]
+
 # %% ../nbs/41_grid.ipynb #51ed4b64
-def run_hits(root, grid: str, arm: str, split: str = 'test', itc: bool = False) -> pd.DataFrame:
+def run_hits(root, grid: str, arm: str,
+             split: str = 'test',  # a split of metrics.json, or 'test4': the test split and its TEST_REPLICAS draws, queries one after the other
+             itc: bool = False) -> pd.DataFrame:
     "Rank-1 hits per query of every finished seed of one arm (rows: seeds), from metrics.json's r1_hits (`30_retrieval`); runs without them are left out."
     from tpas_nb.eval.retrieval import unpack_hits
+    names = [replica_split(k) for k in range(TEST_REPLICAS + 1)] if split == 'test4' else [split]
     rows = {}
     for mf in sorted((Path(root) / grid / arm_slug(arm)).glob('seed*/metrics.json'), key=lambda p: int(p.parent.name[4:])):
-        sp = json.loads(mf.read_text())['splits'].get(split) or {}
-        s = sp.get('itc', {}) if itc else sp
-        if s.get('r1_hits'): rows[int(mf.parent.name[4:])] = unpack_hits(s['r1_hits'], sp['n_queries'])
+        splits = json.loads(mf.read_text())['splits']
+        parts = []
+        for n in names:
+            sp = splits.get(n) or {}
+            s = sp.get('itc', {}) if itc else sp
+            if s.get('r1_hits'): parts.append(unpack_hits(s['r1_hits'], sp['n_queries']))
+        if len(parts) == len(names): rows[int(mf.parent.name[4:])] = np.concatenate(parts)
     return pd.DataFrame(rows).T.rename_axis('seed')
 
 def seed_variance(hits,                 # S×Q booleans: rank-1 hit of each query under each seed (unpack_hits of metrics.json's r1_hits)
@@ -376,6 +418,63 @@ def seed_variance(hits,                 # S×Q booleans: rank-1 hit of each quer
     var_r = r.var(ddof=1)
     return dict(sd=100 * np.sqrt(var_r), sd_model=100 * np.sqrt(max(var_r - ms_int / Q, 0.0)), sd_query=100 * np.sqrt(ms_int / Q),
                 seeds=S, queries=Q)
+
+# %% ../nbs/41_grid.ipynb #50f8b1db
+REPLICA_VARIANT = 'seen scenes, test camera'   # make_test_variant's name for the test split's own scenes and camera (01_synthpab)
+
+def test_replica(data_root,  # a SynthPAB folder (synthpab.json)
+                 k: int,     # the draw: SynthPAB seed + k (k = 0 draws the test split's own people again)
+                ) -> Path:   # a test-format PAB folder of as many pairs as the test split, rendered once beside data_root
+    "Draw k of the test split of the SynthPAB at `data_root`."
+    from filelock import FileLock
+    from tpas_nb.data.synth import make_test_variant
+    root = Path(data_root)
+    if not (root / 'synthpab.json').exists(): raise ValueError(f"{root} is not a SynthPAB folder (no synthpab.json): real PAB has one test split")
+    meta = json.loads((root / 'synthpab.json').read_text())
+    pairs = meta['pairs']['test']
+    out = Path(f'{root}_replicas') / f'seed{k}_{pairs}pairs'
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out) + '.lock'):                                # two grid processes may ask for the same draw
+        return make_test_variant(out, REPLICA_VARIANT, pairs, seed=meta['seed'] + k, image_size=meta['image_size'])
+
+def evaluate_replicas(run_dir,                      # a finished grid run (metrics.json)
+                      replicas: int = TEST_REPLICAS,
+                      progress: bool = False,
+                     ) -> list[str]:                # the splits added to its metrics.json
+    "Evaluate a finished SynthPAB run's final weights on draws 1..replicas of the test split ('test@k' in its metrics.json); a reused run copies them from its source."
+    from tpas_nb.runs import Run, atomic_write
+    from tpas_nb.data.pab import PABFolder
+    from tpas_nb.eval.benchmark import evaluate_split
+    f = Path(run_dir); mf = f / 'metrics.json'
+    m = json.loads(mf.read_text())
+    todo = [replica_split(k) for k in range(1, replicas + 1) if replica_split(k) not in m['splits']]
+    if not todo or not m.get('synthetic'): return []
+    info = json.loads((f / 'grid.json').read_text()) if (f / 'grid.json').exists() else {}
+    if info.get('reused_from'):                                       # the numbers of the run it reuses (evaluated first where needed)
+        src = f.parents[2].joinpath(*Path(info['reused_from']).parts[-3:])
+        evaluate_replicas(src, replicas, progress)
+        m['splits'].update({s: json.loads((src / 'metrics.json').read_text())['splits'][s] for s in todo})
+    else:
+        run, t0 = Run(f), time.time()
+        method, c = run.load_method('best'), run.config
+        for s in todo:
+            folder = PABFolder(test_replica(run.data_root, int(s.split('@')[1])))
+            m['splits'][s] = evaluate_split(method, folder, 'test', run.tokenizer, run.max_len, c.k_test, c.eval_batch,
+                                            progress=progress, itm_score=c.itm_score)
+        m['replicas_wall_s'] = round(m.get('replicas_wall_s', 0.0) + time.time() - t0, 1)
+    atomic_write(mf, lambda p: p.write_text(json.dumps(m, indent=1)))
+    return todo
+
+def replicas_grid(grid: str, root='runs/grid', seeds=None, arms=None, replicas: int = TEST_REPLICAS) -> pd.DataFrame:
+    "The test draws for every finished run of `grid` that lacks them (`tpas_grid GRID --replicas`)."
+    st = grid_status(root, grid, seeds, arms)
+    rows = []
+    for arm, seed, state, folder in zip(st.arm, st.seed, st.state, st.run_dir):
+        if state != 'done': continue
+        t0 = time.time(); added = evaluate_replicas(folder, replicas)
+        rows.append(dict(arm=arm, seed=seed, added=len(added), seconds=round(time.time() - t0, 1)))
+        if added: print(f"{grid} / {arm} / seed {seed}: {', '.join(added)} in {time.time() - t0:.0f} s", flush=True)
+    return pd.DataFrame(rows, columns=['arm', 'seed', 'added', 'seconds'])
 
 # %% ../nbs/41_grid.ipynb #6da66fb1
 RECORD_FILES = ('grid.json', 'config.yaml', 'metrics.json', 'diagnostics.json', 'log.jsonl')   # what git keeps of a grid run (.gitignore); weights and optimiser state stay local
@@ -431,6 +530,7 @@ def grid_cli(argv=None):
     ap.add_argument('--status', action='store_true', help='show the state of every run and exit')
     ap.add_argument('--check', action='store_true', help="compare the finished runs with the grid's configuration now and exit (1 if any is stale)")
     ap.add_argument('--diagnose', action='store_true', help='write diagnostics.json for finished runs that lack one, and exit')
+    ap.add_argument('--replicas', action='store_true', help=f'evaluate finished runs on the {TEST_REPLICAS} draws of the test split they lack, and exit')
     ap.add_argument('--no-reuse', action='store_true', help='train even when an identical run exists under ROOT')
     ap.add_argument('--set', action='append', default=[], metavar='KEY=VALUE', help="override the round's budget (grid_budget), e.g. epochs=4, optim.lr=1e-3")
     a = ap.parse_args(argv)
@@ -443,6 +543,7 @@ def grid_cli(argv=None):
         if a.status:
             print(grid_status(a.root, a.grid, arms=arms).drop(columns='run_dir').to_string(index=False)); return
         if a.diagnose: diagnose_grid(a.grid, a.root, a.seeds, arms); return
+        if a.replicas: replicas_grid(a.grid, a.root, a.seeds, arms); return
         if a.check:
             recs = check_records(a.root, [a.grid], overrides)
             print(recs.to_string(index=False) if len(recs) else f'no finished runs of {a.grid} under {a.root}')

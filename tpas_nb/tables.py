@@ -88,13 +88,14 @@ MEASURED = 'measured here ({data}, mean ± std over n seeds)'
 DECIMALS = {'diag_V_L': 3, 'diag_margin': 3, 'diag_mu_delta': 3}   # as the papers print them; 2 elsewhere
 
 def metric_label(metric: str) -> str:
-    "A short header for a collect() column: 'test_normal_R1' -> 'normal R@1', 'ucc_mAP' -> 'UCC mAP'."
+    "A short header for a collect() column: 'test_normal_R1' -> 'normal R@1', 'ucc_mAP' -> 'UCC mAP', 'test4_R1' -> 'R@1 (4 draws)'."
     special = {'params_M': 'params (M)', 'train_s_per_step': 'train s / step', 'train_wall_s': 'train s', 'steps': 'steps',
                'diag_r_conf': 'r_conf (%)', 'diag_r_conf_random': 'r_conf, random batches (%)', 'diag_V_L': 'V_L', 'diag_margin': 'm', 'diag_mu_delta': 'μ_Δ'}
     if metric in special: return special[metric]
     split, *rest = metric.split('_')
     names = {'R1': 'R@1', 'R5': 'R@5', 'R10': 'R@10', 'Ravg': 'R-Avg'}
-    return ' '.join(([split.upper()] if split != 'test' else []) + rest[:-1] + [names.get(rest[-1], rest[-1])])
+    label = ' '.join(([split.upper()] if split not in ('test', 'test4') else []) + rest[:-1] + [names.get(rest[-1], rest[-1])])
+    return label + ' (4 draws)' if split == 'test4' else label   # the test split and its draws (41_grid)
 
 def resolve_runs_root(path) -> Path:
     "`path` as given if absolute or present, else under the project root (the folder holding settings.ini)."
@@ -215,10 +216,11 @@ def verdict(delta: float, p: float, published_delta: float, n: int, n_required: 
     if not p < alpha: return 'not separable at this budget'
     return 'holds' if np.sign(delta) == np.sign(published_delta) else 'does not hold'
 
-def rerank_fails(runs: pd.DataFrame, arm: str) -> bool:
-    "Whether the re-ranking lowers `arm`'s test R@1 below its own ITC ranking (means over its seeds): a failed sanity check of the cross encoder."
-    r = runs[runs.arm == arm].dropna(subset=['test_R1', 'test_itc_R1']) if {'test_R1', 'test_itc_R1'} <= set(runs.columns) else runs.iloc[:0]
-    return bool(len(r)) and r.test_R1.mean() < r.test_itc_R1.mean()
+def rerank_fails(runs: pd.DataFrame, arm: str, test: str = 'test') -> bool:
+    "Whether the re-ranking lowers `arm`'s R@1 on `test` ('test', or 'test4': the four draws) below its own ITC ranking (means over its seeds): a failed sanity check of the cross encoder."
+    r1, itc = f'{test}_R1', f'{test}_itc_R1'
+    r = runs[runs.arm == arm].dropna(subset=[r1, itc]) if {r1, itc} <= set(runs.columns) else runs.iloc[:0]
+    return bool(len(r)) and r[r1].mean() < r[itc].mean()
 
 ROBUSTNESS = {'ucc Δ': 'ucc_R1', 'held-out Δ': 'heldout_R1', 'night Δ': 'dark_R1'}   # verdicts' columns -> collect() columns (re-ranked R@1)
 
@@ -231,22 +233,25 @@ def _delta_cell(d: pd.DataFrame, base: str, arm: str, metric: str) -> str:
 
 def verdicts(measured: pd.DataFrame,       # collect() rows of one kind of data
              claims=CLAIMS, n_required: int = 3, alpha: float = 0.05,
+             test: str = 'test',           # the test measure: 'test', or 'test4' (the mean over the test split and its draws, 41_grid)
             ) -> pd.DataFrame:             # one row per claim
     "Each claim's published difference beside the measured one (paired by seed), the verdict, and for R@1 the same pair ranked by ITC alone; a verdict on an arm whose re-ranking is below its ITC ranking (`rerank_fails`) also gives the ITC verdict; the same pair on ucc, the held-out style and at night (`ROBUSTNESS`)."
     if measured.data.nunique() > 1: raise ValueError(f"runs on {sorted(measured.data.unique())}; pass one kind of data")
     rows = []
+    if test not in ('test', 'test4'): raise ValueError(f"test must be 'test' or 'test4', got {test!r}")
     for c in claims:
         pub = published_value(c['paper'], c['arm_cell']) - published_value(c['paper'], c['base_cell'])
         d = measured[measured.grid == c['grid']]
-        r = paired_delta(d, c['base'], c['metric']).reindex([c['arm']]).iloc[0] if c['base'] in set(d.arm) else None
+        metric = test + c['metric'][4:] if c['metric'].startswith('test_') else c['metric']   # test_R1 -> test4_R1
+        r = paired_delta(d, c['base'], metric).reindex([c['arm']]).iloc[0] if c['base'] in set(d.arm) and metric in d else None
         n = 0 if r is None or pd.isna(r.n) else int(r.n)
-        itc = paired_delta(d, c['base'], 'test_itc_R1').reindex([c['arm']]).iloc[0] \
-              if n and c['metric'] == 'test_R1' and 'test_itc_R1' in d else None                 # the same pair ranked by ITC alone
-        failed = [a for a in (c['arm'], c['base']) if rerank_fails(d, a)] if itc is not None else []
+        itc = paired_delta(d, c['base'], f'{test}_itc_R1').reindex([c['arm']]).iloc[0] \
+              if n and c['metric'] == 'test_R1' and f'{test}_itc_R1' in d else None              # the same pair ranked by ITC alone
+        failed = [a for a in (c['arm'], c['base']) if rerank_fails(d, a, test)] if itc is not None else []
         v = verdict(r.mean_delta if n else np.nan, r.p if n else np.nan, pub, n, n_required, alpha)
         v_itc = '' if itc is None else verdict(itc.mean_delta, itc.p, pub, int(itc.n), n_required, alpha)
         rows.append({'paper': c['paper'], 'claim': c['claim'], 'comparison': f"{c['arm']} − {c['base']} ({c['grid']})",
-                     'metric': metric_label(c['metric']), 'published Δ': round(pub, 2),
+                     'metric': metric_label(metric), 'published Δ': round(pub, 2),
                      'measured Δ': f"{r.mean_delta:+.2f} ± {r.std_delta:.2f}" if n > 1 else f"{r.mean_delta:+.2f}" if n else '',
                      'wins': r.wins if n else '', 'p': r.p if n else np.nan,
                      'verdict': v + (' †' if failed else ''),   # †: the re-ranking fails its sanity check; not read as a method effect
