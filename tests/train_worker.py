@@ -25,7 +25,7 @@ def toy(config):
 def first_step_grads(config, out):
     "The trainer's first optimiser step of `config.method` in eval mode: rank 0 saves the loss terms (mean over processes) and the gradients (after DDP)."
     t = T.Trainer(config, progress=False)
-    net = t.net
+    net = t.model
     net.eval(); net.train = lambda mode=True: net          # no dropout, drop-path or batch statistics: a process's features depend on its inputs alone
     step, saved = t.optimizer.step, {}
     def capture(*a, **k):                                   # the gradients AdamW is about to use

@@ -141,7 +141,7 @@ class EpochWeightsCB(Callback):
     def after_step(self, t):
         if t.end_of_epoch and t.main:
             (t.out / 'epochs').mkdir(exist_ok=True)
-            save_weights(t.net, t.out / 'epochs' / f'{t.st.epoch}.safetensors', t.st.step)
+            save_weights(t.model, t.out / 'epochs' / f'{t.st.epoch}.safetensors', t.st.step)
 
 def corpus_vocab(root) -> Path:
     "The pretraining run's vocabulary, built from the grammar (`build_vocab(grammar_captions())`) once and kept in the corpus folder."

@@ -290,7 +290,7 @@ def progress_line(st: TrainState, total: int, epoch: int, epochs: int, B: int, l
 # %% ../nbs/40_training.ipynb #83369556
 class Trainer:
     "One run's loop: the config, accelerator, data, method, optimiser and schedule, a `TrainState`, and callbacks for the rest."
-    def __init__(self, config: RunConfig, method: nn.Module | None = None, progress: bool = True, callbacks=()):
+    def __init__(self, config: RunConfig, model: nn.Module | None = None, progress: bool = True, callbacks=()):
         from accelerate.utils import set_seed
         from tpas_nb.data.pab import PABFolder, pab_tokenizer
         if config.itm_score not in ITM_SCORES: raise ValueError(f"unknown itm_score {config.itm_score!r}; valid: {ITM_SCORES}")   # before hours of training
@@ -312,8 +312,8 @@ class Trainer:
         self.run = Run(self.out, self.root)                              # from here on, the run's own backbone and vocabulary
         self.tok, self.max_len = self.run.tokenizer, self.run.max_len
         set_seed(config.seed)                                            # the same initial weights on every process
-        self.method = method if method is not None else self.run.build_method()
-        self.new_ids = _init_checkpoint(self.method, config, self.tok, self.out, write=self.main and not self.resuming) \
+        self.model = model if model is not None else self.run.build_method()
+        self.new_ids = _init_checkpoint(self.model, config, self.tok, self.out, write=self.main and not self.resuming) \
             if config.init_checkpoint else set()
         self._data()
         self._optimiser()
@@ -331,7 +331,7 @@ class Trainer:
     def _data(self):
         "The training set (its split, its recorded train_subset, paired batches when the method uses counterparts), its collate, and the step counts."
         from tpas_nb.data.pab import PABTrainDataset, TrainCollate, resolve_synonyms
-        c, m = self.config, self.method
+        c, m = self.config, self.model
         needs_cp = getattr(m, 'needs_counterparts', True)                 # IHNM: the counterpart itself enters the loss
         pairs = getattr(m, 'paired_batches', needs_cp)                    # batches that hold each person's two records
         if pairs and not needs_cp and not c.data.paired:
@@ -357,11 +357,11 @@ class Trainer:
 
     def _optimiser(self):
         "AdamW and the schedule, prepared by Accelerate with the model (DDP on several processes, whose contrastive terms then span them all)."
-        self.optimizer = build_optimizer(self.method, self.config.optim, self.new_ids)
+        self.optimizer = build_optimizer(self.model, self.config.optim, self.new_ids)
         self.scheduler = build_scheduler(self.optimizer, self.config.optim, self.total)
-        self.model, self.optimizer = self.acc.prepare(self.method, self.optimizer)
-        self.net = self.acc.unwrap_model(self.model)
-        if hasattr(self.net, 'gather_processes'): self.net.gather_processes = self.W > 1   # ITC, FDL, COL over the global batch (20_base)
+        self.ddp, self.optimizer = self.acc.prepare(self.model, self.optimizer)
+        self.model = self.acc.unwrap_model(self.ddp)                     # the one name of the model; `ddp` only runs it
+        if hasattr(self.model, 'gather_processes'): self.model.gather_processes = self.W > 1   # ITC, FDL, COL over the global batch (20_base)
 
 # %% ../nbs/40_training.ipynb #7b7d1d59
 class CancelFit(Exception):
@@ -376,7 +376,7 @@ def callback(self: Trainer, event: str):
 @patch
 def fit(self: Trainer) -> TrainState:
     "Epochs of optimiser steps between the callbacks' events; a finished run only runs before_fit and after_fit."
-    self.model.train()
+    self.ddp.train()
     self.callback('before_fit')
     self.epochs = range(self.st.epoch, self.config.epochs) if not self.st.done else range(0)
     self.callback('before_epochs')
@@ -402,8 +402,8 @@ def one_step(self: Trainer):
     t0, terms, acc = time.time(), {}, self.acc
     for a in range(self.A):
         batch = {k: v.to(acc.device) if isinstance(v, Tensor) else v for k, v in next(self.batches).items()}
-        with acc.no_sync(self.model) if a < self.A - 1 else contextlib.nullcontext():
-            losses = self.model(batch)
+        with acc.no_sync(self.ddp) if a < self.A - 1 else contextlib.nullcontext():
+            losses = self.ddp(batch)
             acc.backward(losses['loss'] / self.A)
         for k, v in losses.items(): terms[k] = terms.get(k, 0.0) + v.detach().float() / self.A
     names = sorted(terms)
@@ -412,7 +412,7 @@ def one_step(self: Trainer):
     if not torch.isfinite(vals).all():
         raise FloatingPointError(f"non-finite loss at step {self.st.step + 1}: {dict(zip(names, vals.tolist()))}")
     clip = self.config.optim.grad_clip
-    self.grad_norm = acc.clip_grad_norm_(self.model.parameters(), clip) if clip > 0 else None
+    self.grad_norm = acc.clip_grad_norm_(self.ddp.parameters(), clip) if clip > 0 else None
     self.lr = self.scheduler.get_last_lr()[0]
     self.optimizer.step(); self.scheduler.step(); self.optimizer.zero_grad(set_to_none=True)
     self.step_seconds = time.time() - t0
@@ -461,15 +461,15 @@ class SpeedCB(Callback):
         keys = micro_batches(t.N, t.B, t.config.seed, 0, t.W, t.rank, t.A, t.partner)[0]
         items = SeededItems(t.train_ds, t.config.seed)
         batch = {k: v.to(t.acc.device) if isinstance(v, Tensor) else v for k, v in t.collate([items[k] for k in keys]).items()}
-        state, gathering = rng_state(), getattr(t.net, 'gather_processes', False)
-        buffers = {n: b.clone() for n, b in t.net.named_buffers()}   # BatchNorm statistics move in a training forward
-        if gathering: t.net.gather_processes = False                # this process alone: no collective call from one rank
-        try: flops, peak = step_flops(t.net, batch) * t.A, matmul_peak(device=t.acc.device)   # both draw random numbers
+        state, gathering = rng_state(), getattr(t.model, 'gather_processes', False)
+        buffers = {n: b.clone() for n, b in t.model.named_buffers()}   # BatchNorm statistics move in a training forward
+        if gathering: t.model.gather_processes = False                # this process alone: no collective call from one rank
+        try: flops, peak = step_flops(t.model, batch) * t.A, matmul_peak(device=t.acc.device)   # both draw random numbers
         finally:
             set_rng_state(state)
             with torch.no_grad():
-                for n, b in t.net.named_buffers(): b.copy_(buffers[n])
-            if gathering: t.net.gather_processes = True
+                for n, b in t.model.named_buffers(): b.copy_(buffers[n])
+            if gathering: t.model.gather_processes = True
         achieved = flops * t.st.step / t.W / t.st.train_seconds / 1e9   # this process's share of the steps' arithmetic
         t.speed = dict(flops_per_step=flops, model_gflops_per_s=round(achieved, 2), matmul_peak_gflops=round(peak, 1),
                        mfu=round(achieved / peak, 4), threads=torch.get_num_threads(), micro_batch=len(keys))
@@ -485,7 +485,7 @@ class ResumeCB(Callback):
             if t.main: (t.out / 'log.jsonl').write_text('')
             return
         saved = load_state(t.out / 'state.pt')
-        w_step = load_weights(t.net, t.out / 'checkpoint.safetensors')
+        w_step = load_weights(t.model, t.out / 'checkpoint.safetensors')
         if w_step != saved['step']:
             raise ValueError(f"{t.out}: checkpoint.safetensors is from step {w_step} but state.pt from step {saved['step']} "
                              "(the run was killed between the two renames); restore one of them by hand")
@@ -504,7 +504,7 @@ class LogCB(Callback):
     def before_fit(self, t): self.f = open(t.out / 'log.jsonl', 'a')
     def after_step(self, t):
         rec = dict(step=t.st.step, epoch=t.epoch + 1, **{k: round(v, 6) for k, v in t.losses.items()}, lr=t.lr,
-                   temperature=t.net.backbone.temperature().item() if hasattr(t.net, 'backbone') else None,
+                   temperature=t.model.backbone.temperature().item() if hasattr(t.model, 'backbone') else None,
                    samples_per_s=round(t.B / t.step_seconds, 2))
         if t.grad_norm is not None: rec['grad_norm'] = float(t.grad_norm)
         self.f.write(json.dumps(rec) + '\n'); self.f.flush()
@@ -525,7 +525,7 @@ class ValidateCB(Callback):
         st.val_history.append(dict(epoch=st.epoch, step=st.step, **r))
         if better(r, st.best):
             st.best, st.best_step, st.best_val = r, st.step, full
-            if t.main: save_weights(t.net, t.out / 'best.safetensors', st.step)
+            if t.main: save_weights(t.model, t.out / 'best.safetensors', st.step)
         st.val_seconds += time.time() - t0
 
 class StopAfterCB(Callback):
@@ -544,7 +544,7 @@ class CheckpointCB(Callback):
         from accelerate.utils import gather_object
         rngs = gather_object([rng_state()]) if t.W > 1 else [rng_state()]
         if t.main:
-            save_weights(t.net, t.out / 'checkpoint.safetensors', t.st.step)
+            save_weights(t.model, t.out / 'checkpoint.safetensors', t.st.step)
             save_state(t.out / 'state.pt', dict(asdict(t.st), optimizer=t.optimizer.optimizer.state_dict(),
                                                 scheduler=t.scheduler.state_dict(), rng=rngs, world_size=t.W))
         t.acc.wait_for_everyone()
@@ -589,14 +589,14 @@ class WiseCB(Callback):
             if t.main and tuned.exists(): shutil.copyfile(tuned, best)
             return
         if t.main and not tuned.exists():                            # once: a resumed final evaluation interpolates the same weights again
-            if not (t.has_val and best.exists()): save_weights(t.net, best, t.st.step)
+            if not (t.has_val and best.exists()): save_weights(t.model, best, t.st.step)
             shutil.copyfile(best, tuned)
         t.acc.wait_for_everyone()
-        step = load_weights(t.net, tuned)
-        start = copy.deepcopy(t.net)                                 # the run's own method (a custom one too), then the start's weights
+        step = load_weights(t.model, tuned)
+        start = copy.deepcopy(t.model)                                 # the run's own method (a custom one too), then the start's weights
         keep = _init_checkpoint(start, t.config, t.tok, t.out, write=False)
-        wise_interpolate(t.net, start, a, keep)
-        if t.main: save_weights(t.net, best, step)
+        wise_interpolate(t.model, start, a, keep)
+        if t.main: save_weights(t.model, best, step)
         t.acc.wait_for_everyone()
 
 class FinalEvalCB(Callback):
@@ -606,8 +606,8 @@ class FinalEvalCB(Callback):
     def after_fit(self, t):
         if not t.st.done: return                                     # stopped early on purpose: resume later
         t_eval = time.time()
-        if t.has_val and (t.out / 'best.safetensors').exists(): load_weights(t.net, t.out / 'best.safetensors')
-        elif t.main: save_weights(t.net, t.out / 'best.safetensors', t.st.step)
+        if t.has_val and (t.out / 'best.safetensors').exists(): load_weights(t.model, t.out / 'best.safetensors')
+        elif t.main: save_weights(t.model, t.out / 'best.safetensors', t.st.step)
         t.acc.wait_for_everyone()
         splits = {s: t.evaluate(s, progress=t.show) for s in self.splits if s in t.folder.splits()}
         if t.has_val:                                                # the selected weights' val; WiSE-FT's own when they were interpolated
@@ -615,13 +615,13 @@ class FinalEvalCB(Callback):
         if t.main:
             metrics = run_metrics(t, splits, eval_wall_s=round(time.time() - t_eval, 1))
             atomic_write(t.out / 'metrics.json', lambda p: p.write_text(json.dumps(metrics, indent=1)))
-            save_plots(t.out, t.net, t.folder, t.tok, t.config, t.max_len)
+            save_plots(t.out, t.model, t.folder, t.tok, t.config, t.max_len)
         t.acc.wait_for_everyone()
 
 @patch
 def evaluate(self: Trainer, split: str, progress: bool = False) -> dict:
     "Retrieval metrics of the current weights on one split (sharded over the processes)."
-    return evaluate_split(self.net, self.folder, split, self.tok, self.max_len, self.config.k_test, self.config.eval_batch,
+    return evaluate_split(self.model, self.folder, split, self.tok, self.max_len, self.config.k_test, self.config.eval_batch,
                           device=self.acc.device, accelerator=self.acc, progress=progress, itm_score=self.config.itm_score)
 
 def run_metrics(t: Trainer, splits: dict, eval_wall_s: float) -> dict:
@@ -638,7 +638,7 @@ def run_metrics(t: Trainer, splits: dict, eval_wall_s: float) -> dict:
                 out_dir=str(t.out), selection=selection, wise_alpha=c.wise_alpha if t.total else None,   # None: nothing was fine-tuned, nothing interpolated
                 splits=splits, val_history=st.val_history, train=train,
                 eval_wall_s=eval_wall_s, wall_s_this_session=round(time.time() - t.t_start, 1),
-                parameters=dict(trainable=_trainable(t.net), total=sum(p.numel() for p in t.net.parameters())),
+                parameters=dict(trainable=_trainable(t.model), total=sum(p.numel() for p in t.model.parameters())),
                 peak_memory_mib=_peak_memory_mib(), init_checkpoint=c.init_checkpoint or None, torch=torch.__version__)
 
 def train(config: RunConfig,            # the run (00_config); out_dir is the run folder
@@ -727,8 +727,8 @@ def speed_table(configs: dict,          # name -> RunConfig (its out_dir is not 
         load = lambda: DataLoader(SeededItems(t.train_ds, cfg.seed), batch_sampler=mbs, collate_fn=t.collate, num_workers=0)
         t0 = time.perf_counter(); list(load()); cold = time.perf_counter() - t0
         t0 = time.perf_counter(); data = list(load()); warm = time.perf_counter() - t0
-        t.model.train(); t.epoch = 0                                      # one_step reads the epoch at an epoch's end
-        runs[name] = dict(t=t, data=data, cold=cold / batches, warm=warm / batches, step=[], flops=step_flops(t.net, data[0]) * t.A)
+        t.ddp.train(); t.epoch = 0                                      # one_step reads the epoch at an epoch's end
+        runs[name] = dict(t=t, data=data, cold=cold / batches, warm=warm / batches, step=[], flops=step_flops(t.model, data[0]) * t.A)
     for _ in range(reps):
         for r in runs.values():
             t = r['t']; t.batches = iter(r['data'])
