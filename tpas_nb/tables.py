@@ -226,7 +226,7 @@ ROBUSTNESS = {'ucc Δ': 'ucc_R1', 'held-out Δ': 'heldout_R1', 'night Δ': 'dark
 
 def _delta_cell(d: pd.DataFrame, base: str, arm: str, metric: str) -> str:
     "'+1.23 ± 0.45 (p 0.012)' of arm − base on `metric`, paired by seed; '' without paired runs that have it."
-    if metric not in d or d[d.arm.isin([arm, base])][metric].isna().all(): return ''
+    if metric not in d or not {arm, base} <= set(d.arm) or d[d.arm.isin([arm, base])][metric].isna().all(): return ''
     r = paired_delta(d, base, metric).reindex([arm]).iloc[0]
     if pd.isna(r.n) or not r.n: return ''
     return f"{r.mean_delta:+.2f}" + (f" ± {r.std_delta:.2f}" if r.n > 1 else '') + (f" (p {r.p:.3f})" if np.isfinite(r.p) else '')
