@@ -223,10 +223,12 @@ def test_loss_curves_as_before(cache, tmp_path, arm):
     """A fixed-seed 20-step run gives the loss curve that the code before the run-folder/trainer/method-hooks refactor gave
     (tests/fixtures/loss_curves_9c08c06.json: 5 epochs of 16 pairs, batch 8, one torch thread); the attention and InfoNCE
     rewrites change the float summation order, hence the tolerance. Issue 15's new defaults (GradCO's counterpart batches, pretrained
-    stream heads and scaled top gate, SeDA's summed ITM-sem) are switched off: the old behaviour is a switch away."""
-    method, args = {'cmp': ('cmp', {}), 'cmp_qct': ('cmp', {'qct_weight': 0.5}),
+    stream heads and scaled top gate, SeDA's summed ITM-sem) are switched off, and so is c7f0175's ITM draw that skips the IHNM
+    partner: the old behaviour is a switch away."""
+    before = {'itm_draw_partner': True}   # the in-batch ITM draw may pick the IHNM partner, as before c7f0175 (off since: the papers' batches hold other people)
+    method, args = {'cmp': ('cmp', before), 'cmp_qct': ('cmp', {**before, 'qct_weight': 0.5}),
                     'gradco': ('gradco', {'counterpart_batches': False, 'stream_heads': 'fresh', 'top_gate_scale': False}),  # as before issue 15
-                    'seda_ca': ('seda', {'stp_weighting': 'cross_attention', 'itm_sem_sum': False})}[arm]   # ITM-sem's mean, as before
+                    'seda_ca': ('seda', {**before, 'stp_weighting': 'cross_attention', 'itm_sem_sum': False})}[arm]   # ITM-sem's mean, as before
     want = json.loads((REPO / 'tests' / 'fixtures' / 'loss_curves_9c08c06.json').read_text())['curves'][arm]
     synth = dict(SYNTH, synth_test_pairs=6)
     config = RunConfig(method=method, method_args=args, out_dir=str(tmp_path / arm), data=DataConfig(cache_dir=str(cache / 'curves'), **synth),
