@@ -23,9 +23,9 @@ from .methods.gradco import GRADCO_ARMS
 __all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'TEST_REPLICAS', 'GRID_PROFILE', 'GRID_FIELDS', 'RUN_STATES',
            'DIAGNOSE_GRIDS', 'METRICS', 'DIAGNOSTICS', 'DRAW_METRICS', 'REPLICA_VARIANT', 'RECORD_FILES',
            'replica_split', 'merge', 'grid_budget', 'arm_slug', 'arm_from_slug', 'run_dir', 'run_state', 'grid_arms',
-           'grid_config', 'same_config', 'grid_status', 'find_same_run', 'diagnose_grid', 'run_grid', 'flatten_metrics',
-           'collect', 'summarise', 'paired_delta', 'grid_hours', 'run_hits', 'seed_variance', 'test_replica',
-           'evaluate_replicas', 'replicas_grid', 'check_records', 'parse_sets', 'grid_cli']
+           'grid_config', 'same_config', 'grid_status', 'find_same_run', 'finished_runs', 'diagnose_grid', 'run_grid',
+           'flatten_metrics', 'collect', 'summarise', 'paired_delta', 'grid_hours', 'run_hits', 'seed_variance',
+           'test_replica', 'evaluate_replicas', 'replicas_grid', 'check_records', 'parse_sets', 'grid_cli']
 
 # %% ../nbs/41_grid.ipynb #0ef3bcd0
 GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper prints it) -> (method, switches[, RunConfig overrides])
@@ -185,13 +185,16 @@ def _diagnose(out: Path) -> bool:
     try: diagnose_run(out); return True
     except Exception: (out / 'diagnostics_error.txt').write_text(traceback.format_exc()); return False
 
+def finished_runs(grid: str, root='runs/grid', seeds=None, arms=None):
+    "(arm, seed, run folder) of every finished run of `grid` (grid_status order)."
+    st = grid_status(root, grid, seeds, arms)
+    return [(a, s, Path(f)) for a, s, state, f in zip(st.arm, st.seed, st.state, st.run_dir) if state == 'done']
+
 def diagnose_grid(grid: str, root='runs/grid', seeds=None, arms=None, redo: bool = False) -> pd.DataFrame:
     "diagnostics.json for every finished run of `grid` that lacks one (all of them with redo)."
-    st = grid_status(root, grid, seeds, arms)
     rows = []
-    for arm, seed, state, folder in zip(st.arm, st.seed, st.state, st.run_dir):
-        f = Path(folder)
-        if state != 'done' or ((f / 'diagnostics.json').exists() and not redo): continue
+    for arm, seed, f in finished_runs(grid, root, seeds, arms):
+        if (f / 'diagnostics.json').exists() and not redo: continue
         t0 = time.time(); ok = _diagnose(f)
         rows.append(dict(arm=arm, seed=seed, ok=ok, seconds=round(time.time() - t0, 1)))
         print(f"{grid} / {arm} / seed {seed}: diagnostics {'written' if ok else 'failed (diagnostics_error.txt)'} in {time.time() - t0:.0f} s", flush=True)
@@ -267,7 +270,7 @@ METRICS: dict[str, tuple] = {   # collect() column -> path in metrics.json
     **{f'{n}_itc_R1': ('splits', s, 'itc', 'all', 'R1') for n, s in (('ucc', 'ucc'), ('heldout', 'heldout'), ('dark', 'weather:dark'))},
     **{f'{n}_hard_pair_acc': ('splits', s, 'hard_pair_acc') for n, s in (('ucc', 'ucc'), ('heldout', 'heldout'))},
     'val_R1': ('selection', 'R1'),                                     # the model-selection value
-    'train_wall_s': ('train', 'wall_s'), 'eval_wall_s': ('eval_wall_s',), 'steps': ('train', 'steps'), 'samples_per_s': ('train', 'samples_per_s'),
+    'train_wall_s': ('train', 'wall_s'), 'eval_wall_s': ('eval_wall_s',), 'replicas_wall_s': ('replicas_wall_s',), 'steps': ('train', 'steps'), 'samples_per_s': ('train', 'samples_per_s'),
     'trainable_params': ('parameters', 'trainable'),
 }
 
@@ -377,10 +380,11 @@ def paired_delta(df: pd.DataFrame,       # rows of collect() (one grid)
 # %% ../nbs/41_grid.ipynb #a8de36da
 def grid_hours(df: pd.DataFrame,   # rows of collect()
               ) -> pd.DataFrame:   # index grid: runs, trained (not reused), hours of training, of final evaluation, and both
-    "Wall hours spent per grid by the runs it trained (reused runs cost nothing)."
+    "Wall hours spent per grid by the runs it trained (reused runs cost nothing); evaluation: the final one and the test draws'."
     cols = ['runs', 'trained', 'train_h', 'eval_h', 'total_h']
     if not len(df): return pd.DataFrame(columns=cols)
     d = df.assign(trained=df.reused_from.fillna('').eq(''))
+    d['eval_wall_s'] = d.eval_wall_s.fillna(0.0) + (d.replicas_wall_s.fillna(0.0) if 'replicas_wall_s' in d else 0.0)
     t = d[d.trained].groupby('grid', sort=False)[['train_wall_s', 'eval_wall_s']].sum(min_count=1) / 3600
     out = pd.DataFrame({'runs': d.groupby('grid', sort=False).size(), 'trained': d.groupby('grid', sort=False).trained.sum(),
                         'train_h': t.train_wall_s, 'eval_h': t.eval_wall_s}).fillna({'train_h': 0.0, 'eval_h': 0.0})
@@ -467,10 +471,8 @@ def evaluate_replicas(run_dir,                      # a finished grid run (metri
 
 def replicas_grid(grid: str, root='runs/grid', seeds=None, arms=None, replicas: int = TEST_REPLICAS) -> pd.DataFrame:
     "The test draws for every finished run of `grid` that lacks them (`tpas_grid GRID --replicas`)."
-    st = grid_status(root, grid, seeds, arms)
     rows = []
-    for arm, seed, state, folder in zip(st.arm, st.seed, st.state, st.run_dir):
-        if state != 'done': continue
+    for arm, seed, folder in finished_runs(grid, root, seeds, arms):
         t0 = time.time(); added = evaluate_replicas(folder, replicas)
         rows.append(dict(arm=arm, seed=seed, added=len(added), seconds=round(time.time() - t0, 1)))
         if added: print(f"{grid} / {arm} / seed {seed}: {', '.join(added)} in {time.time() - t0:.0f} s", flush=True)

@@ -155,6 +155,11 @@ PAIRED_METRICS = ('test_R1', 'test_mAP', 'test_anomaly_R1', 'test_hard_pair_acc'
 
 def _p(p): return f', p {p:.3f}' if p >= 0.001 else ', p < 0.001' if np.isfinite(p) else ''
 
+def _delta_text(r, decimals: int = 2, wins: bool = True) -> str:
+    "A row of paired_delta as '+1.23 ± 0.45 (3/3, p 0.012)' ('(p 0.012)' without the wins; no sd from one seed, no p below three)."
+    inside = ((r.wins if wins else '') + _p(r.p)).removeprefix(', ')
+    return f"{r.mean_delta:+.{decimals}f}" + (f" ± {r.std_delta:.{decimals}f}" if r.n > 1 else '') + (f" ({inside})" if inside else '')
+
 def paired(measured: pd.DataFrame,           # collect() rows
            grid: str, base: str,             # the grid and its base arm
            metrics=PAIRED_METRICS,
@@ -167,8 +172,7 @@ def paired(measured: pd.DataFrame,           # collect() rows
     for m in metrics:
         pdl = paired_delta(d, base, m)
         if seeds is None: seeds = pdl.n
-        cols[metric_label(m)] = {a: (f"{r.mean_delta:+.{decimals}f}" + (f" ± {r.std_delta:.{decimals}f}" if r.n > 1 else '') +
-                                     f" ({r.wins}{_p(r.p)}){' *' if r.p < 0.05 else ''}") if r.n else '' for a, r in pdl.iterrows()}
+        cols[metric_label(m)] = {a: _delta_text(r, decimals) + (' *' if r.p < 0.05 else '') if r.n else '' for a, r in pdl.iterrows()}
     out = pd.DataFrame(cols)
     out.insert(0, 'seeds', seeds)
     out.index.name = f'minus {base}'
@@ -229,7 +233,7 @@ def _delta_cell(d: pd.DataFrame, base: str, arm: str, metric: str) -> str:
     if metric not in d or not {arm, base} <= set(d.arm) or d[d.arm.isin([arm, base])][metric].isna().all(): return ''
     r = paired_delta(d, base, metric).reindex([arm]).iloc[0]
     if pd.isna(r.n) or not r.n: return ''
-    return f"{r.mean_delta:+.2f}" + (f" ± {r.std_delta:.2f}" if r.n > 1 else '') + (f" (p {r.p:.3f})" if np.isfinite(r.p) else '')
+    return _delta_text(r, wins=False)
 
 def verdicts(measured: pd.DataFrame,       # collect() rows of one kind of data
              claims=CLAIMS, n_required: int = 3, alpha: float = 0.05,
