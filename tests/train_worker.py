@@ -24,7 +24,7 @@ def toy(config):
 
 def first_step_grads(config, out):
     "The trainer's first optimiser step of `config.method` in eval mode: rank 0 saves the loss terms (mean over processes) and the gradients (after DDP)."
-    t = T.Trainer(config, progress=False)
+    t = T.Trainer.from_config(config, progress=False)
     net = t.model
     net.eval(); net.train = lambda mode=True: net          # no dropout, drop-path or batch statistics: a process's features depend on its inputs alone
     step, saved = t.optimizer.step, {}
@@ -33,7 +33,7 @@ def first_step_grads(config, out):
         return step(*a, **k)
     t.optimizer.step = capture
     t.fit()
-    if t.main: torch.save(dict(losses=t.losses, grads=saved, processes=t.W, gather=getattr(net, 'gather_processes', None)), out)
+    if t.setup.main: torch.save(dict(losses=t.losses, grads=saved, processes=t.setup.W, gather=getattr(net, 'gather_processes', None)), out)
 
 
 def main():

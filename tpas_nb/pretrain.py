@@ -139,9 +139,9 @@ class EpochWeightsCB(Callback):
     "Keep the weights at every epoch's end as epochs/<n>.safetensors, for the learning curve on other splits (`pretrain_curve`)."
     order = 31
     def after_step(self, t):
-        if t.end_of_epoch and t.main:
-            (t.out / 'epochs').mkdir(exist_ok=True)
-            save_weights(t.model, t.out / 'epochs' / f'{t.st.epoch}.safetensors', t.st.step)
+        if t.end_of_epoch and t.setup.main:
+            (t.setup.out / 'epochs').mkdir(exist_ok=True)
+            save_weights(t.model, t.setup.out / 'epochs' / f'{t.st.epoch}.safetensors', t.st.step)
 
 def corpus_vocab(root) -> Path:
     "The pretraining run's vocabulary, built from the grammar (`build_vocab(grammar_captions())`) once and kept in the corpus folder."

@@ -7,10 +7,10 @@ from __future__ import annotations
 import argparse, contextlib, copy, json, math, random, shutil, sys, time
 from dataclasses import dataclass, field, fields, asdict, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
-from fastcore.basics import patch
 from torch import nn, Tensor
 from torch.utils.data import DataLoader, Dataset
 
@@ -24,10 +24,11 @@ from .methods import from_flat
 __all__ = ['NORM_LAYERS', 'SCHEDULES', 'RESUMABLE_CHANGES', 'no_decay_ids', 'cross_ids', 'param_groups', 'build_optimizer',
            'lr_factor', 'build_scheduler', 'epoch_permutation', 'micro_batches', 'SeededItems', 'rng_state',
            'set_rng_state', 'save_state', 'load_state', 'config_changes', 'make_accelerator', 'run_vocab', 'vocab_list',
-           'val_summary', 'better', 'TrainState', 'Callback', 'progress_line', 'Trainer', 'CancelFit', 'matmul_peak',
-           'step_flops', 'SpeedCB', 'ResumeCB', 'LogCB', 'ValidateCB', 'StopAfterCB', 'CheckpointCB', 'ProgressCB',
-           'wise_interpolate', 'WiseCB', 'FinalEvalCB', 'run_metrics', 'train', 'plot_loss_curves', 'example_queries',
-           'run_examples', 'save_plots', 'speed_table', 'close_process_group', 'train_cli']
+           'val_summary', 'better', 'TrainState', 'Callback', 'progress_line', 'check_run_config', 'RunSetup',
+           'write_run_files', 'setup_run', 'setup_model', 'TrainData', 'train_data', 'CancelFit', 'Trainer',
+           'matmul_peak', 'step_flops', 'SpeedCB', 'ResumeCB', 'LogCB', 'ValidateCB', 'StopAfterCB', 'CheckpointCB',
+           'ProgressCB', 'wise_interpolate', 'WiseCB', 'FinalEvalCB', 'run_metrics', 'train', 'plot_loss_curves',
+           'example_queries', 'run_examples', 'save_plots', 'speed_table', 'close_process_group', 'train_cli']
 
 # %% ../nbs/40_training.ipynb #aad30838
 NORM_LAYERS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm)
@@ -288,142 +289,212 @@ def progress_line(st: TrainState, total: int, epoch: int, epochs: int, B: int, l
     return line
 
 # %% ../nbs/40_training.ipynb #83369556
-class Trainer:
-    "One run's loop: the config, accelerator, data, method, optimiser and schedule, a `TrainState`, and callbacks for the rest."
-    def __init__(self, config: RunConfig, model: nn.Module | None = None, progress: bool = True, callbacks=()):
-        from accelerate.utils import set_seed
-        from tpas_nb.data.pab import PABFolder, pab_tokenizer
-        if config.itm_score not in ITM_SCORES: raise ValueError(f"unknown itm_score {config.itm_score!r}; valid: {ITM_SCORES}")   # before hours of training
-        if not 0 <= config.wise_alpha <= 1 or (config.wise_alpha < 1 and not config.init_checkpoint):
-            raise ValueError(f"wise_alpha must be in [0, 1], and below 1 only with an init_checkpoint to interpolate with; got {config.wise_alpha}")
-        self.t_start, self.config, self.acc = time.time(), config, make_accelerator(config)
-        self.main, self.W, self.rank = self.acc.is_main_process, self.acc.num_processes, self.acc.process_index
-        self.out, self.show = Path(config.out_dir), progress and self.main
-        with self.acc.local_main_process_first():
-            self.root = resolve_data_root(config.data, progress=self.show)
-            self.folder = PABFolder(self.root)
-            data_tok = pab_tokenizer(self.folder, run_vocab(config))
-        self.resuming = (self.out / 'state.pt').exists()
-        if self.resuming and (changes := config_changes(load_config(self.out / 'config.yaml'), config)):
-            raise ValueError(f"{self.out} holds a run with another configuration ({', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in changes.items())}); "
-                             f"use a new out_dir, or delete {self.out} to start over")
-        if self.main: self._write_run_files(data_tok)
-        self.acc.wait_for_everyone()
-        self.run = Run(self.out, self.root)                              # from here on, the run's own backbone and vocabulary
-        self.tok, self.max_len = self.run.tokenizer, self.run.max_len
-        set_seed(config.seed)                                            # the same initial weights on every process
-        self.model = model if model is not None else self.run.build_method()
-        self.new_ids = _init_checkpoint(self.model, config, self.tok, self.out, write=self.main and not self.resuming) \
-            if config.init_checkpoint else set()
-        self._data()
-        self._optimiser()
-        self.st, self.callbacks = TrainState(), sorted(callbacks, key=lambda cb: cb.order)
-        self.steps_this_call, self.stop_now, self.last, self.end_of_epoch = 0, False, False, False
+def check_run_config(config: RunConfig) -> RunConfig:
+    "Refuse, before hours of training, what only the final evaluation would find wrong."
+    if config.itm_score not in ITM_SCORES: raise ValueError(f"unknown itm_score {config.itm_score!r}; valid: {ITM_SCORES}")
+    if not 0 <= config.wise_alpha <= 1 or (config.wise_alpha < 1 and not config.init_checkpoint):
+        raise ValueError(f"wise_alpha must be in [0, 1], and below 1 only with an init_checkpoint to interpolate with; got {config.wise_alpha}")
+    return config
 
-    def _write_run_files(self, tok):
-        "config.yaml, and once per run its backbone.yaml and vocab.txt (the run survives changes of the preset and the data)."
-        self.out.mkdir(parents=True, exist_ok=True)
-        save_config(self.config, self.out / 'config.yaml')
-        if not (self.out / 'backbone.yaml').exists(): save_config(run_backbone(self.config), self.out / 'backbone.yaml')
-        if not (self.out / 'vocab.txt').exists():
-            atomic_write(self.out / 'vocab.txt', lambda p: p.write_text(''.join(t + '\n' for t in vocab_list(tok)), encoding='utf-8'))
+@dataclass
+class RunSetup:
+    "A run folder opened for training (`setup_run`): its config, the accelerator, the data folder and the run's own backbone and vocabulary."
+    config: RunConfig
+    acc: object        # accelerate.Accelerator: one process or many
+    out: Path          # the run folder
+    root: Path         # the data folder
+    folder: object     # PABFolder of `root`
+    run: Run           # the run folder as 29_runs reads it (backbone.yaml, vocab.txt): what the method is built on
+    resuming: bool     # state.pt exists: the run continues from it
+    show: bool         # progress output (the main process only)
+    t_start: float     # when the setup began (metrics.json's wall time of this session)
 
-    def _data(self):
-        "The training set (its split, its recorded train_subset, paired batches when the method uses counterparts), its collate, and the step counts."
-        from tpas_nb.data.pab import PABTrainDataset, TrainCollate, resolve_synonyms
-        c, m = self.config, self.model
-        needs_cp = getattr(m, 'needs_counterparts', True)                 # IHNM: the counterpart itself enters the loss
-        pairs = getattr(m, 'paired_batches', needs_cp)                    # batches that hold each person's two records
-        if pairs and not needs_cp and not c.data.paired:
-            raise ValueError(f"{c.method} trains on batches that hold both records of each person (counterpart_batches=True), "
-                             "which needs data.paired=True; or switch them off with counterpart_batches=False")
-        paired = pairs and c.data.paired                                 # counterparts from the batch itself
-        self.train_ds = PABTrainDataset(self.folder, img_size=m.backbone.img_size, pose=m.needs_pose, counterparts=needs_cp and not paired,
-                                        hflip=c.data.hflip, random_erasing=c.data.random_erasing, split=c.data.train_split,
-                                        subset=c.data.train_subset, subset_seed=c.data.train_subset_seed, eda_p=c.data.eda_p, cache_mib=c.data.image_cache_mib,
-                                        synonyms=resolve_synonyms(self.folder, c.data.eda_synonyms) if c.data.eda_p else None)
-        if self.train_ds.subset_info and self.main:                      # the 0.1M protocol: which records, kept with the run
-            info = dict(split=c.data.train_split, **self.train_ds.subset_info)
-            atomic_write(self.out / 'train_subset.json', lambda p: p.write_text(json.dumps(info)))
-        if paired and not getattr(m.cfg, 'contrast_pairs', False): self.train_ds.require_counterparts()   # a corpus pairs only some records
-        self.partner = self.train_ds.partner if paired else None
-        self.has_val = 'val' in self.folder.splits()
-        self.A, self.B, self.N = c.grad_accum, c.global_batch(self.W), len(self.train_ds)   # B: batch_size, or batch_per_device × W × A
-        micro_batches(self.N, self.B, c.seed, 0, self.W, self.rank, self.A, self.partner)   # validates B against W·A and N
-        self.steps_per_epoch = self.N // self.B
-        self.total = c.epochs * self.steps_per_epoch if not c.max_steps else min(c.max_steps, c.epochs * self.steps_per_epoch)
-        if c.epochs < 0 or (self.total < 1 and c.epochs): raise ValueError(f"nothing to train: epochs={c.epochs}, max_steps={c.max_steps}")
-        self.collate = TrainCollate(self.tok, self.max_len, cache_texts=c.data.token_cache)
+    @property
+    def main(self) -> bool: return self.acc.is_main_process
+    @property
+    def W(self) -> int: return self.acc.num_processes
+    @property
+    def rank(self) -> int: return self.acc.process_index
+    @property
+    def tok(self): return self.run.tokenizer
+    @property
+    def max_len(self) -> int: return self.run.max_len
+    @property
+    def has_val(self) -> bool: return 'val' in self.folder.splits()
 
-    def _optimiser(self):
-        "AdamW and the schedule, prepared by Accelerate with the model (DDP on several processes, whose contrastive terms then span them all)."
-        self.optimizer = build_optimizer(self.model, self.config.optim, self.new_ids)
-        self.scheduler = build_scheduler(self.optimizer, self.config.optim, self.total)
-        self.ddp, self.optimizer = self.acc.prepare(self.model, self.optimizer)
-        self.model = self.acc.unwrap_model(self.ddp)                     # the one name of the model; `ddp` only runs it
-        if hasattr(self.model, 'gather_processes'): self.model.gather_processes = self.W > 1   # ITC, FDL, COL over the global batch (20_base)
+def write_run_files(config: RunConfig, out: Path, tok):
+    "config.yaml, and once per run its backbone.yaml and vocab.txt (the run survives changes of the preset and the data)."
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(config, out / 'config.yaml')
+    if not (out / 'backbone.yaml').exists(): save_config(run_backbone(config), out / 'backbone.yaml')
+    if not (out / 'vocab.txt').exists():
+        atomic_write(out / 'vocab.txt', lambda p: p.write_text(''.join(t + '\n' for t in vocab_list(tok)), encoding='utf-8'))
+
+def setup_run(config: RunConfig, progress: bool = True) -> RunSetup:
+    "The accelerator, the data (SynthPAB generated once), the run files, then the run folder as a `Run`; a resumed run must have the same configuration."
+    from tpas_nb.data.pab import PABFolder, pab_tokenizer
+    t_start, config = time.time(), check_run_config(config)
+    acc = make_accelerator(config)
+    out, show = Path(config.out_dir), progress and acc.is_main_process
+    with acc.local_main_process_first():
+        root = resolve_data_root(config.data, progress=show)
+        folder = PABFolder(root)
+        data_tok = pab_tokenizer(folder, run_vocab(config))
+    resuming = (out / 'state.pt').exists()
+    if resuming and (changes := config_changes(load_config(out / 'config.yaml'), config)):
+        raise ValueError(f"{out} holds a run with another configuration ({', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in changes.items())}); "
+                         f"use a new out_dir, or delete {out} to start over")
+    if acc.is_main_process: write_run_files(config, out, data_tok)
+    acc.wait_for_everyone()
+    return RunSetup(config, acc, out, root, folder, Run(out, root), resuming, show, t_start)   # from here on, the run's own backbone and vocabulary
+
+def setup_model(s: RunSetup, model: nn.Module | None = None) -> tuple[nn.Module, set[int]]:
+    "The method (the run's, or `model`) after the seed is set, so that every process starts from the same weights, with its X-VLM checkpoint; and the ids of the parameters the checkpoint lacks."
+    from accelerate.utils import set_seed
+    set_seed(s.config.seed)
+    model = model if model is not None else s.run.build_method()
+    new_ids = _init_checkpoint(model, s.config, s.tok, s.out, write=s.main and not s.resuming) if s.config.init_checkpoint else set()
+    return model, new_ids
+
+@dataclass
+class TrainData:
+    "A run's training set and how it is cut: epochs of `micro_batches`, A micro-batches per optimiser step, B pairs per step."
+    dataset: Dataset           # PABTrainDataset: item (seed, index) -> one training pair (`SeededItems`)
+    collate: Callable          # TrainCollate: items -> a batch
+    partner: list | None       # paired batches: each record's counterpart in the set (None: records drawn alone)
+    seed: int                  # the run's seed: the order of every epoch and each item's augmentation
+    A: int                     # micro-batches per optimiser step (gradient accumulation)
+    B: int                     # pairs per optimiser step, over all processes
+    W: int                     # processes
+    rank: int                  # this process
+    total: int                 # optimiser steps of the run
+    num_workers: int = 0       # DataLoader workers
+
+    @property
+    def N(self) -> int: return len(self.dataset)
+    @property
+    def steps_per_epoch(self) -> int: return self.N // self.B
+
+    def micro_batches(self, epoch: int, start: int = 0) -> list[list[int]]:
+        "This process's micro-batches of `epoch`, from its `start`-th (a resumed epoch)."
+        return micro_batches(self.N, self.B, self.seed, epoch, self.W, self.rank, self.A, self.partner)[start:]
+
+    def loader(self, mbs: list[list[int]], epoch: int) -> DataLoader:
+        "The batches of `mbs`, each item augmented from (seed, index) alone, so that a resumed epoch draws what an uninterrupted one would."
+        return DataLoader(SeededItems(self.dataset, self.seed), batch_sampler=mbs, collate_fn=self.collate, num_workers=self.num_workers,
+                          generator=torch.Generator().manual_seed(_mix(self.seed, epoch, self.rank)))
+
+def train_data(s: RunSetup, model: nn.Module) -> TrainData:
+    "The training set of the run (its split, its recorded train_subset, paired batches when the method uses counterparts) and the step counts."
+    from tpas_nb.data.pab import PABTrainDataset, TrainCollate, resolve_synonyms
+    c = s.config
+    needs_cp = getattr(model, 'needs_counterparts', True)              # IHNM: the counterpart itself enters the loss
+    pairs = getattr(model, 'paired_batches', needs_cp)                 # batches that hold each person's two records
+    if pairs and not needs_cp and not c.data.paired:
+        raise ValueError(f"{c.method} trains on batches that hold both records of each person (counterpart_batches=True), "
+                         "which needs data.paired=True; or switch them off with counterpart_batches=False")
+    paired = pairs and c.data.paired                                   # counterparts from the batch itself
+    ds = PABTrainDataset(s.folder, img_size=model.backbone.img_size, pose=model.needs_pose, counterparts=needs_cp and not paired,
+                         hflip=c.data.hflip, random_erasing=c.data.random_erasing, split=c.data.train_split,
+                         subset=c.data.train_subset, subset_seed=c.data.train_subset_seed, eda_p=c.data.eda_p, cache_mib=c.data.image_cache_mib,
+                         synonyms=resolve_synonyms(s.folder, c.data.eda_synonyms) if c.data.eda_p else None)
+    if ds.subset_info and s.main:                                      # the 0.1M protocol: which records, kept with the run
+        info = dict(split=c.data.train_split, **ds.subset_info)
+        atomic_write(s.out / 'train_subset.json', lambda p: p.write_text(json.dumps(info)))
+    if paired and not getattr(model.cfg, 'contrast_pairs', False): ds.require_counterparts()   # a corpus pairs only some records
+    B, N = c.global_batch(s.W), len(ds)                                # B: batch_size, or batch_per_device × W × A
+    micro_batches(N, B, c.seed, 0, s.W, s.rank, c.grad_accum, ds.partner if paired else None)   # validates B against W·A and N
+    per_epoch = N // B
+    total = c.epochs * per_epoch if not c.max_steps else min(c.max_steps, c.epochs * per_epoch)
+    if c.epochs < 0 or (total < 1 and c.epochs): raise ValueError(f"nothing to train: epochs={c.epochs}, max_steps={c.max_steps}")
+    return TrainData(ds, TrainCollate(s.tok, s.max_len, cache_texts=c.data.token_cache), ds.partner if paired else None,
+                     c.seed, c.grad_accum, B, s.W, s.rank, total, c.data.num_workers)
 
 # %% ../nbs/40_training.ipynb #7b7d1d59
 class CancelFit(Exception):
     "Raised by a callback to leave `fit` at once (after_fit still runs)."
 
-@patch
-def callback(self: Trainer, event: str):
-    "Run `event` on every callback that has it, in order (main-only callbacks on the main process)."
-    for cb in self.callbacks:
-        if hasattr(cb, event) and (self.main or not cb.main_only): getattr(cb, event)(self)
+class Trainer:
+    "A run's loop in the shape of miniai's `Learner`: the model, its data, AdamW and the schedule, a `TrainState`, and callbacks for the rest."
+    def __init__(self, model: nn.Module,       # the method (`setup_model`)
+                 data: TrainData,              # its training data (`train_data`)
+                 setup: RunSetup,              # the run folder, config and accelerator (`setup_run`)
+                 callbacks=(),                 # Callbacks, run in their `order`
+                 new_ids: set[int] = frozenset(),   # ids of the parameters the init checkpoint lacks (their lr × lr_mult_new)
+                ):
+        self.setup, self.data, optim = setup, data, setup.config.optim
+        optimizer = build_optimizer(model, optim, new_ids)
+        self.scheduler = build_scheduler(optimizer, optim, data.total)
+        self.ddp, self.optimizer = setup.acc.prepare(model, optimizer)  # DDP on several processes, whose contrastive terms then span them all
+        self.model = setup.acc.unwrap_model(self.ddp)                    # the one name of the model; `ddp` only runs it
+        if hasattr(self.model, 'gather_processes'): self.model.gather_processes = setup.W > 1   # ITC, FDL, COL over the global batch (20_base)
+        self.st, self.callbacks = TrainState(), sorted(callbacks, key=lambda cb: cb.order)
+        self.steps_this_call, self.stop_now, self.last, self.end_of_epoch = 0, False, False, False
 
-@patch
-def fit(self: Trainer) -> TrainState:
-    "Epochs of optimiser steps between the callbacks' events; a finished run only runs before_fit and after_fit."
-    self.ddp.train()
-    self.callback('before_fit')
-    self.epochs = range(self.st.epoch, self.config.epochs) if not self.st.done else range(0)
-    self.callback('before_epochs')
-    try:
-        for self.epoch in self.epochs:
-            self.mbs = micro_batches(self.N, self.B, self.config.seed, self.epoch, self.W, self.rank, self.A, self.partner)[self.st.micro:]
-            loader = DataLoader(SeededItems(self.train_ds, self.config.seed), batch_sampler=self.mbs, collate_fn=self.collate,
-                                num_workers=self.config.data.num_workers,
-                                generator=torch.Generator().manual_seed(_mix(self.config.seed, self.epoch, self.rank)))
-            self.batches, self.steps = iter(loader), range(len(self.mbs) // self.A)
-            self.callback('before_epoch')
-            for _ in self.steps:
-                self.one_step()
-                self.callback('after_step')
-                if self.last or self.stop_now: raise CancelFit
-    except CancelFit: pass
-    self.callback('after_fit')
-    return self.st
+    @classmethod
+    def from_config(cls, config: RunConfig, model: nn.Module | None = None, progress: bool = True, callbacks=()) -> Trainer:
+        "`setup_run`, `setup_model` and `train_data` of one run, and its trainer."
+        s = setup_run(config, progress)
+        model, new_ids = setup_model(s, model)
+        return cls(model, train_data(s, model), s, callbacks, new_ids)
 
-@patch
-def one_step(self: Trainer):
-    "One optimiser update from A micro-batches: the mean loss terms over processes (`self.losses`), clipping, AdamW, schedule."
-    t0, terms, acc = time.time(), {}, self.acc
-    for a in range(self.A):
-        batch = {k: v.to(acc.device) if isinstance(v, Tensor) else v for k, v in next(self.batches).items()}
-        with acc.no_sync(self.ddp) if a < self.A - 1 else contextlib.nullcontext():
-            losses = self.ddp(batch)
-            acc.backward(losses['loss'] / self.A)
-        for k, v in losses.items(): terms[k] = terms.get(k, 0.0) + v.detach().float() / self.A
-    names = sorted(terms)
-    vals = torch.stack([terms[k] for k in names])
-    if self.W > 1: vals = acc.reduce(vals, reduction='mean')
-    if not torch.isfinite(vals).all():
-        raise FloatingPointError(f"non-finite loss at step {self.st.step + 1}: {dict(zip(names, vals.tolist()))}")
-    clip = self.config.optim.grad_clip
-    self.grad_norm = acc.clip_grad_norm_(self.ddp.parameters(), clip) if clip > 0 else None
-    self.lr = self.scheduler.get_last_lr()[0]
-    self.optimizer.step(); self.scheduler.step(); self.optimizer.zero_grad(set_to_none=True)
-    self.step_seconds = time.time() - t0
-    st = self.st
-    st.train_seconds += self.step_seconds
-    st.step += 1; st.micro += self.A; st.samples += self.B; self.steps_this_call += 1
-    self.losses = dict(zip(names, vals.tolist()))
-    self.last = st.step >= self.total
-    self.end_of_epoch = st.micro >= self.steps_per_epoch * self.A
-    if self.end_of_epoch: st.epoch, st.micro = self.epoch + 1, 0
-    if self.last: st.done = True
+    def callback(self, event: str):
+        "Run `event` on every callback that has it, in order (main-only callbacks on the main process)."
+        for cb in self.callbacks:
+            if hasattr(cb, event) and (self.setup.main or not cb.main_only): getattr(cb, event)(self)
+
+    def fit(self) -> TrainState:
+        "Epochs of optimiser steps between the callbacks' events; a finished run only runs before_fit and after_fit."
+        self.ddp.train()
+        self.callback('before_fit')
+        self.epochs = range(self.st.epoch, self.setup.config.epochs) if not self.st.done else range(0)
+        self.callback('before_epochs')
+        try:
+            for self.epoch in self.epochs:
+                self.mbs = self.data.micro_batches(self.epoch, self.st.micro)
+                self.batches, self.steps = iter(self.data.loader(self.mbs, self.epoch)), range(len(self.mbs) // self.data.A)
+                self.callback('before_epoch')
+                for _ in self.steps:
+                    self.one_step()
+                    self.callback('after_step')
+                    if self.last or self.stop_now: raise CancelFit
+        except CancelFit: pass
+        self.callback('after_fit')
+        return self.st
+
+    def one_step(self):
+        "One optimiser update from A micro-batches: the mean loss terms over processes (`self.losses`), clipping, AdamW, schedule."
+        t0, terms, acc, A = time.time(), {}, self.setup.acc, self.data.A
+        for a in range(A):
+            batch = {k: v.to(acc.device) if isinstance(v, Tensor) else v for k, v in next(self.batches).items()}
+            with acc.no_sync(self.ddp) if a < A - 1 else contextlib.nullcontext():
+                losses = self.ddp(batch)
+                acc.backward(losses['loss'] / A)
+            for k, v in losses.items(): terms[k] = terms.get(k, 0.0) + v.detach().float() / A
+        names = sorted(terms)
+        vals = torch.stack([terms[k] for k in names])
+        if self.setup.W > 1: vals = acc.reduce(vals, reduction='mean')
+        if not torch.isfinite(vals).all():
+            raise FloatingPointError(f"non-finite loss at step {self.st.step + 1}: {dict(zip(names, vals.tolist()))}")
+        clip = self.setup.config.optim.grad_clip
+        self.grad_norm = acc.clip_grad_norm_(self.ddp.parameters(), clip) if clip > 0 else None
+        self.lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step(); self.scheduler.step(); self.optimizer.zero_grad(set_to_none=True)
+        self.step_seconds = time.time() - t0
+        st = self.st
+        st.train_seconds += self.step_seconds
+        st.step += 1; st.micro += A; st.samples += self.data.B; self.steps_this_call += 1
+        self.losses = dict(zip(names, vals.tolist()))
+        self.last = st.step >= self.data.total
+        self.end_of_epoch = st.micro >= self.data.steps_per_epoch * A
+        if self.end_of_epoch: st.epoch, st.micro = self.epoch + 1, 0
+        if self.last: st.done = True
+
+    def evaluate(self, split: str, progress: bool = False) -> dict:
+        "Retrieval metrics of the current weights on one split (sharded over the processes)."
+        s = self.setup
+        return evaluate_split(self.model, s.folder, split, s.tok, s.max_len, s.config.k_test, s.config.eval_batch,
+                              device=s.acc.device, accelerator=s.acc, progress=progress, itm_score=s.config.itm_score)
 
 # %% ../nbs/40_training.ipynb #d78eae43
 def matmul_peak(seconds: float = 1.0,      # how long to keep timing
@@ -457,20 +528,21 @@ class SpeedCB(Callback):
     "After the last step: FLOPs per step (`step_flops` on this process's first micro-batch), `matmul_peak` now, and the MFU, as t.speed."
     order, main_only = 55, True                                      # before FinalEvalCB writes metrics.json
     def after_fit(self, t):
+        s = t.setup
         if not t.st.done or t.st.step == 0 or t.st.train_seconds <= 0: return
-        keys = micro_batches(t.N, t.B, t.config.seed, 0, t.W, t.rank, t.A, t.partner)[0]
-        items = SeededItems(t.train_ds, t.config.seed)
-        batch = {k: v.to(t.acc.device) if isinstance(v, Tensor) else v for k, v in t.collate([items[k] for k in keys]).items()}
+        keys = t.data.micro_batches(epoch=0)[0]
+        items = SeededItems(t.data.dataset, t.data.seed)
+        batch = {k: v.to(s.acc.device) if isinstance(v, Tensor) else v for k, v in t.data.collate([items[k] for k in keys]).items()}
         state, gathering = rng_state(), getattr(t.model, 'gather_processes', False)
         buffers = {n: b.clone() for n, b in t.model.named_buffers()}   # BatchNorm statistics move in a training forward
         if gathering: t.model.gather_processes = False                # this process alone: no collective call from one rank
-        try: flops, peak = step_flops(t.model, batch) * t.A, matmul_peak(device=t.acc.device)   # both draw random numbers
+        try: flops, peak = step_flops(t.model, batch) * t.data.A, matmul_peak(device=s.acc.device)   # both draw random numbers
         finally:
             set_rng_state(state)
             with torch.no_grad():
                 for n, b in t.model.named_buffers(): b.copy_(buffers[n])
             if gathering: t.model.gather_processes = True
-        achieved = flops * t.st.step / t.W / t.st.train_seconds / 1e9   # this process's share of the steps' arithmetic
+        achieved = flops * t.st.step / s.W / t.st.train_seconds / 1e9   # this process's share of the steps' arithmetic
         t.speed = dict(flops_per_step=flops, model_gflops_per_s=round(achieved, 2), matmul_peak_gflops=round(peak, 1),
                        mfu=round(achieved / peak, 4), threads=torch.get_num_threads(), micro_batch=len(keys))
 
@@ -479,33 +551,34 @@ class ResumeCB(Callback):
     "Continue from state.pt (weights, optimiser, schedule, RNG of every process, TrainState, log cut back), else start the RNG streams."
     order = 0
     def before_fit(self, t: Trainer):
+        s = t.setup
         from accelerate.utils import set_seed
-        if not t.resuming:
-            set_seed(t.config.seed + t.rank)                         # per-process streams for dropout and sampling
-            if t.main: (t.out / 'log.jsonl').write_text('')
+        if not s.resuming:
+            set_seed(s.config.seed + s.rank)                         # per-process streams for dropout and sampling
+            if s.main: (s.out / 'log.jsonl').write_text('')
             return
-        saved = load_state(t.out / 'state.pt')
-        w_step = load_weights(t.model, t.out / 'checkpoint.safetensors')
+        saved = load_state(s.out / 'state.pt')
+        w_step = load_weights(t.model, s.out / 'checkpoint.safetensors')
         if w_step != saved['step']:
-            raise ValueError(f"{t.out}: checkpoint.safetensors is from step {w_step} but state.pt from step {saved['step']} "
+            raise ValueError(f"{s.out}: checkpoint.safetensors is from step {w_step} but state.pt from step {saved['step']} "
                              "(the run was killed between the two renames); restore one of them by hand")
         t.optimizer.optimizer.load_state_dict(saved['optimizer']); t.scheduler.load_state_dict(saved['scheduler'])
-        if len(saved['rng']) != t.W: print(f"warning: {t.out} was saved by {len(saved['rng'])} processes, resumed by {t.W}: "
+        if len(saved['rng']) != s.W: print(f"warning: {s.out} was saved by {len(saved['rng'])} processes, resumed by {s.W}: "
                                            "the model's RNG streams (dropout, sampling) will differ from an uninterrupted run")
-        set_rng_state(saved['rng'][t.rank % len(saved['rng'])])
+        set_rng_state(saved['rng'][s.rank % len(saved['rng'])])
         t.st = TrainState(**{f.name: saved[f.name] for f in fields(TrainState)})
-        if t.main:
-            keep = _log_lines(t.out / 'log.jsonl', t.st.step)
-            atomic_write(t.out / 'log.jsonl', lambda p: p.write_text(''.join(json.dumps(r) + '\n' for r in keep)))
+        if s.main:
+            keep = _log_lines(s.out / 'log.jsonl', t.st.step)
+            atomic_write(s.out / 'log.jsonl', lambda p: p.write_text(''.join(json.dumps(r) + '\n' for r in keep)))
 
 class LogCB(Callback):
     "One JSON line per optimiser step in log.jsonl: step, epoch, every loss term, lr, τ, samples/s, gradient norm."
     order, main_only = 10, True
-    def before_fit(self, t): self.f = open(t.out / 'log.jsonl', 'a')
+    def before_fit(self, t): self.f = open(t.setup.out / 'log.jsonl', 'a')
     def after_step(self, t):
         rec = dict(step=t.st.step, epoch=t.epoch + 1, **{k: round(v, 6) for k, v in t.losses.items()}, lr=t.lr,
                    temperature=t.model.backbone.temperature().item() if hasattr(t.model, 'backbone') else None,
-                   samples_per_s=round(t.B / t.step_seconds, 2))
+                   samples_per_s=round(t.data.B / t.step_seconds, 2))
         if t.grad_norm is not None: rec['grad_norm'] = float(t.grad_norm)
         self.f.write(json.dumps(rec) + '\n'); self.f.flush()
     def after_fit(self, t): self.f.close()
@@ -514,18 +587,19 @@ class ValidateCB(Callback):
     "Evaluate on val every `val_every` epochs and after the last step; keep best.safetensors by val R@1, ties by mAP."
     order = 20
     def before_fit(self, t):
-        if t.total == 0 and not t.st.done: self.validate(t); t.st.done = True   # epochs=0: the initial weights as they are (zero-shot)
+        if t.data.total == 0 and not t.st.done: self.validate(t); t.st.done = True   # epochs=0: the initial weights as they are (zero-shot)
     def after_step(self, t):
-        if t.last or (t.end_of_epoch and t.st.epoch % t.config.val_every == 0): self.validate(t)
+        if t.last or (t.end_of_epoch and t.st.epoch % t.setup.config.val_every == 0): self.validate(t)
     def validate(self, t):
-        if not t.has_val: return
+        s = t.setup
+        if not s.has_val: return
         t0, st = time.time(), t.st
         full = t.evaluate('val')
         r = val_summary(full)
         st.val_history.append(dict(epoch=st.epoch, step=st.step, **r))
         if better(r, st.best):
             st.best, st.best_step, st.best_val = r, st.step, full
-            if t.main: save_weights(t.model, t.out / 'best.safetensors', st.step)
+            if s.main: save_weights(t.model, s.out / 'best.safetensors', st.step)
         st.val_seconds += time.time() - t0
 
 class StopAfterCB(Callback):
@@ -538,16 +612,17 @@ class CheckpointCB(Callback):
     "checkpoint.safetensors and state.pt (every process's RNG gathered) at each epoch's end, every `checkpoint_every` steps, at the end and before a stop."
     order = 30
     def after_step(self, t):
-        every = t.config.checkpoint_every
+        every = t.setup.config.checkpoint_every
         if t.end_of_epoch or t.last or t.stop_now or (every and t.st.step % every == 0): self.checkpoint(t)
     def checkpoint(self, t):
+        s = t.setup
         from accelerate.utils import gather_object
-        rngs = gather_object([rng_state()]) if t.W > 1 else [rng_state()]
-        if t.main:
-            save_weights(t.model, t.out / 'checkpoint.safetensors', t.st.step)
-            save_state(t.out / 'state.pt', dict(asdict(t.st), optimizer=t.optimizer.optimizer.state_dict(),
-                                                scheduler=t.scheduler.state_dict(), rng=rngs, world_size=t.W))
-        t.acc.wait_for_everyone()
+        rngs = gather_object([rng_state()]) if s.W > 1 else [rng_state()]
+        if s.main:
+            save_weights(t.model, s.out / 'checkpoint.safetensors', t.st.step)
+            save_state(s.out / 'state.pt', dict(asdict(t.st), optimizer=t.optimizer.optimizer.state_dict(),
+                                                scheduler=t.scheduler.state_dict(), rng=rngs, world_size=s.W))
+        s.acc.wait_for_everyone()
 
 class ProgressCB(Callback):
     "fastprogress bars, and a plain line every 30 s and at each epoch's end (papermill hides the bars)."
@@ -563,7 +638,7 @@ class ProgressCB(Callback):
         self.bar.child.comment = f"loss {t.losses['loss']:.3f}"
         if t.last or t.end_of_epoch or time.time() - self.said > 30:
             self.said = time.time()
-            print(progress_line(t.st, t.total, t.epoch, t.config.epochs, t.B, t.losses['loss'], t.end_of_epoch or t.last), flush=True)
+            print(progress_line(t.st, t.data.total, t.epoch, t.setup.config.epochs, t.data.B, t.losses['loss'], t.end_of_epoch or t.last), flush=True)
 
 def wise_interpolate(tuned: nn.Module,      # the fine-tuned method, changed in place
                      start: nn.Module,      # the same method with the start's weights
@@ -583,61 +658,58 @@ class WiseCB(Callback):
     "`wise_alpha` < 1: at the end of a finished run, the selected weights (kept as tuned.safetensors) interpolated with the start become best.safetensors."
     order = 55
     def after_fit(self, t):
-        a, tuned, best = t.config.wise_alpha, t.out / 'tuned.safetensors', t.out / 'best.safetensors'
-        if not t.st.done or t.total == 0: return                   # nothing was fine-tuned (epochs 0: zero-shot)
+        s = t.setup
+        a, tuned, best = s.config.wise_alpha, s.out / 'tuned.safetensors', s.out / 'best.safetensors'
+        if not t.st.done or t.data.total == 0: return                   # nothing was fine-tuned (epochs 0: zero-shot)
         if a >= 1:                                                   # a finished run evaluated again without WiSE-FT: the selected weights
-            if t.main and tuned.exists(): shutil.copyfile(tuned, best)
+            if s.main and tuned.exists(): shutil.copyfile(tuned, best)
             return
-        if t.main and not tuned.exists():                            # once: a resumed final evaluation interpolates the same weights again
-            if not (t.has_val and best.exists()): save_weights(t.model, best, t.st.step)
+        if s.main and not tuned.exists():                            # once: a resumed final evaluation interpolates the same weights again
+            if not (s.has_val and best.exists()): save_weights(t.model, best, t.st.step)
             shutil.copyfile(best, tuned)
-        t.acc.wait_for_everyone()
+        s.acc.wait_for_everyone()
         step = load_weights(t.model, tuned)
         start = copy.deepcopy(t.model)                                 # the run's own method (a custom one too), then the start's weights
-        keep = _init_checkpoint(start, t.config, t.tok, t.out, write=False)
+        keep = _init_checkpoint(start, s.config, s.tok, s.out, write=False)
         wise_interpolate(t.model, start, a, keep)
-        if t.main: save_weights(t.model, best, step)
-        t.acc.wait_for_everyone()
+        if s.main: save_weights(t.model, best, step)
+        s.acc.wait_for_everyone()
 
 class FinalEvalCB(Callback):
     "At the end of a finished run: the selected weights (interpolated with the start when `wise_alpha` < 1) on the final splits, metrics.json, the figures."
     order = 60
     def __init__(self, splits=('test', 'ucc', 'heldout')): self.splits = splits
     def after_fit(self, t):
+        s = t.setup
         if not t.st.done: return                                     # stopped early on purpose: resume later
         t_eval = time.time()
-        if t.has_val and (t.out / 'best.safetensors').exists(): load_weights(t.model, t.out / 'best.safetensors')
-        elif t.main: save_weights(t.model, t.out / 'best.safetensors', t.st.step)
-        t.acc.wait_for_everyone()
-        splits = {s: t.evaluate(s, progress=t.show) for s in self.splits if s in t.folder.splits()}
-        if t.has_val:                                                # the selected weights' val; WiSE-FT's own when they were interpolated
-            splits['val'] = t.evaluate('val', progress=t.show) if t.config.wise_alpha < 1 and t.total else t.st.best_val
-        if t.main:
+        if s.has_val and (s.out / 'best.safetensors').exists(): load_weights(t.model, s.out / 'best.safetensors')
+        elif s.main: save_weights(t.model, s.out / 'best.safetensors', t.st.step)
+        s.acc.wait_for_everyone()
+        splits = {k: t.evaluate(k, progress=s.show) for k in self.splits if k in s.folder.splits()}
+        if s.has_val:                                                # the selected weights' val; WiSE-FT's own when they were interpolated
+            splits['val'] = t.evaluate('val', progress=s.show) if s.config.wise_alpha < 1 and t.data.total else t.st.best_val
+        if s.main:
             metrics = run_metrics(t, splits, eval_wall_s=round(time.time() - t_eval, 1))
-            atomic_write(t.out / 'metrics.json', lambda p: p.write_text(json.dumps(metrics, indent=1)))
-            save_plots(t.out, t.model, t.folder, t.tok, t.config, t.max_len)
-        t.acc.wait_for_everyone()
-
-@patch
-def evaluate(self: Trainer, split: str, progress: bool = False) -> dict:
-    "Retrieval metrics of the current weights on one split (sharded over the processes)."
-    return evaluate_split(self.model, self.folder, split, self.tok, self.max_len, self.config.k_test, self.config.eval_batch,
-                          device=self.acc.device, accelerator=self.acc, progress=progress, itm_score=self.config.itm_score)
+            atomic_write(s.out / 'metrics.json', lambda p: p.write_text(json.dumps(metrics, indent=1)))
+            save_plots(s.out, t.model, s.folder, s.tok, s.config, s.max_len)
+        s.acc.wait_for_everyone()
 
 def run_metrics(t: Trainer, splits: dict, eval_wall_s: float) -> dict:
     "metrics.json of a finished run: every split, the selection, the val history, training speed and memory."
-    c, st, folder = t.config, t.st, t.folder
-    selection = dict(split='val', rule='max R1, ties by mAP', step=st.best_step, **(st.best or {})) if t.has_val \
+    s = t.setup
+    c, st, folder = s.config, t.st, s.folder
+    selection = dict(split='val', rule='max R1, ties by mAP', step=st.best_step, **(st.best or {})) if s.has_val \
         else dict(split=None, rule='no val split: the last weights', step=st.step)
-    train = dict(steps=st.step, epochs=c.epochs, steps_per_epoch=t.steps_per_epoch, global_batch=t.B, grad_accum=t.A, processes=t.W,
+    train = dict(steps=st.step, epochs=c.epochs, steps_per_epoch=t.data.steps_per_epoch, global_batch=t.data.B, grad_accum=t.data.A, processes=s.W,
                  samples=st.samples, wall_s=round(st.train_seconds, 1), val_wall_s=round(st.val_seconds, 1),
-                 samples_per_s=round(st.samples / max(st.train_seconds, 1e-9), 2), device=str(t.acc.device),
-                 mixed_precision=t.acc.mixed_precision, final=_log_lines(t.out / 'log.jsonl')[-1:] or None,
+                 samples_per_s=round(st.samples / max(st.train_seconds, 1e-9), 2), device=str(s.acc.device),
+                 mixed_precision=s.acc.mixed_precision, final=_log_lines(s.out / 'log.jsonl')[-1:] or None,
                  speed=getattr(t, 'speed', None))           # SpeedCB: FLOPs per step, the matmul peak, MFU
-    return dict(method=c.method, preset=c.preset, method_args=c.method_args, data_root=str(t.root), synthetic=folder.synthetic,
-                out_dir=str(t.out), selection=selection, wise_alpha=c.wise_alpha if t.total else None,   # None: nothing was fine-tuned, nothing interpolated
+    return dict(method=c.method, preset=c.preset, method_args=c.method_args, data_root=str(s.root), synthetic=folder.synthetic,
+                out_dir=str(s.out), selection=selection, wise_alpha=c.wise_alpha if t.data.total else None,   # None: nothing was fine-tuned, nothing interpolated
                 splits=splits, val_history=st.val_history, train=train,
-                eval_wall_s=eval_wall_s, wall_s_this_session=round(time.time() - t.t_start, 1),
+                eval_wall_s=eval_wall_s, wall_s_this_session=round(time.time() - s.t_start, 1),
                 parameters=dict(trainable=_trainable(t.model), total=sum(p.numel() for p in t.model.parameters())),
                 peak_memory_mib=_peak_memory_mib(), init_checkpoint=c.init_checkpoint or None, torch=torch.__version__)
 
@@ -650,9 +722,9 @@ def train(config: RunConfig,            # the run (00_config); out_dir is the ru
          ) -> Path:                     # the run folder
     "Train `config.method`, keep the best val weights, evaluate them on test (and ucc); returns the run folder."
     cbs = [ResumeCB(), LogCB(), ValidateCB(), StopAfterCB(stop_after), CheckpointCB(), SpeedCB(), WiseCB(), FinalEvalCB(final_splits), *callbacks]
-    t = Trainer(config, method, progress, cbs + ([ProgressCB()] if progress else []))
+    t = Trainer.from_config(config, method, progress, cbs + ([ProgressCB()] if progress else []))
     t.fit()
-    return t.out
+    return t.setup.out
 
 # %% ../nbs/40_training.ipynb #776dfd2b
 def plot_loss_curves(run_dir, figsize=(11, 3.2)):
@@ -722,13 +794,13 @@ def speed_table(configs: dict,          # name -> RunConfig (its out_dir is not 
     import tempfile, pandas as pd
     runs, tmp = {}, tempfile.TemporaryDirectory()
     for name, cfg in configs.items():
-        t = Trainer(replace(cfg, out_dir=str(Path(tmp.name) / name)), (methods or {}).get(name), progress=False)
-        mbs = micro_batches(t.N, t.B, cfg.seed, 0, 1, 0, t.A, t.partner)[:batches * t.A]
-        load = lambda: DataLoader(SeededItems(t.train_ds, cfg.seed), batch_sampler=mbs, collate_fn=t.collate, num_workers=0)
+        t = Trainer.from_config(replace(cfg, out_dir=str(Path(tmp.name) / name)), (methods or {}).get(name), progress=False)
+        mbs = t.data.micro_batches(epoch=0)[:batches * t.data.A]
+        load = lambda: t.data.loader(mbs, epoch=0)
         t0 = time.perf_counter(); list(load()); cold = time.perf_counter() - t0
         t0 = time.perf_counter(); data = list(load()); warm = time.perf_counter() - t0
         t.ddp.train(); t.epoch = 0                                      # one_step reads the epoch at an epoch's end
-        runs[name] = dict(t=t, data=data, cold=cold / batches, warm=warm / batches, step=[], flops=step_flops(t.model, data[0]) * t.A)
+        runs[name] = dict(t=t, data=data, cold=cold / batches, warm=warm / batches, step=[], flops=step_flops(t.model, data[0]) * t.data.A)
     for _ in range(reps):
         for r in runs.values():
             t = r['t']; t.batches = iter(r['data'])
@@ -737,7 +809,7 @@ def speed_table(configs: dict,          # name -> RunConfig (its out_dir is not 
             r['step'].append((time.perf_counter() - t0) / batches)
     peak, rows = matmul_peak(), []
     for name, r in runs.items():
-        step, B = min(r['step']), r['t'].B
+        step, B = min(r['step']), r['t'].data.B
         rows.append({'configuration': name, 'data ms / batch (first pass)': 1e3 * r['cold'], 'data ms / batch (cached)': 1e3 * r['warm'],
                      'step ms': 1e3 * step, 'samples/s': B / (step + r['warm']), 'MFU %': 100 * r['flops'] / step / 1e9 / peak})
     tmp.cleanup()
