@@ -11,10 +11,9 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
-from fastcore.basics import patch
 
 from ..config import BackboneConfig, get_preset
-from ..models.encoders import Backbone, GLOBAL_POOLS
+from ..models.encoders import Backbone, CrossKV, GLOBAL_POOLS, cross_kv, itm_logits_cached
 from ..models.pose import PoseBranch
 from ..objectives import (itc_similarity, info_nce, sample_itm_negatives, build_itm_pairs, itm_loss,
                                 mask_tokens, mlm_loss, gather_with_grad, process_rows)
@@ -356,14 +355,31 @@ class Method(nn.Module):
         "The re-ranking score of 'match' (`match_score`: logit or probability) for N (text, image) pairs -> N."
         return match_score(self.itm_logits(txt_tokens, txt_mask, img_tokens, img_mask), score)
 
-# %% ../../nbs/20_base.ipynb #8df45f67
-@patch
-def ranking_scores(self: Method,
-                   sim: Tensor,        # Q×G evaluator similarity of the retrieval features
-                   txt_feat: Tensor,   # Q×F the queries' retrieval features
-                  ) -> Tensor:         # Q×G the scores the method ranks by
-    "The scores the method ranks by, from the evaluator's similarity (here the same)."
-    return sim
+    @torch.no_grad()
+    def itm_gallery(self,
+                    img_tokens: Tensor,             # G×P×D_I gallery tokens as `embed_images` gives them (`itm_image_tokens`)
+                    img_mask: Tensor | None = None, # G×P, 1 = real token
+                   ) -> CrossKV:                    # the cross layers' keys and values of the G images
+        "The image side of the cross encoder for G gallery images, computed once per image (`cross_kv`)."
+        return cross_kv(self.backbone, img_tokens, img_mask)
+
+    @torch.no_grad()
+    def itm_scores_cached(self,
+                          txt_tokens: Tensor,  # n×L×D_T query tokens as `embed_texts` gives them (`itm_text_tokens`)
+                          txt_mask: Tensor,    # n×L
+                          gallery: CrossKV,    # `itm_gallery` of the gallery
+                          idx: Tensor,         # n×k gallery indices of each query's candidates
+                          score: str = 'logit',# 'logit' | 'probability' (`match_score`)
+                         ) -> Tensor:          # n×k scores of 'match': `itm_scores` of those pairs
+        "The re-ranking score of 'match' of each query with its k candidates, the image side read from `gallery` (`itm_logits_cached`)."
+        return match_score(itm_logits_cached(self.backbone, txt_tokens, txt_mask, gallery.gather(idx)), score)
+
+    def ranking_scores(self,
+                       sim: Tensor,        # Q×G evaluator similarity of the retrieval features
+                       txt_feat: Tensor,   # Q×F the queries' retrieval features
+                      ) -> Tensor:         # Q×G the scores the method ranks by
+        "The scores the method ranks by, from the evaluator's similarity (here the same)."
+        return sim
 
 # %% ../../nbs/20_base.ipynb #56ec47d1
 ITM_SCORES = ('logit', 'probability')   # valid re-ranking scores of 'match' (`match_score`)
@@ -376,30 +392,6 @@ def match_score(logits: Tensor,        # …×2 ITM logits (no match, match)
     if score == 'logit': return logits[..., 1]
     if score == 'probability': return logits.float().softmax(-1)[..., 1]
     raise ValueError(f"unknown itm_score {score!r}; valid: {ITM_SCORES}")
-
-# %% ../../nbs/20_base.ipynb #9edf03a0
-from ..models.encoders import CrossKV
-
-@patch
-@torch.no_grad()
-def itm_gallery(self: Method,
-                img_tokens: Tensor,             # G×P×D_I gallery tokens as `embed_images` gives them (`itm_image_tokens`)
-                img_mask: Tensor | None = None, # G×P, 1 = real token
-               ) -> CrossKV:                    # the cross layers' keys and values of the G images
-    "The image side of the cross encoder for G gallery images, computed once per image."
-    return self.backbone.cross_kv(img_tokens, img_mask)
-
-@patch
-@torch.no_grad()
-def itm_scores_cached(self: Method,
-                      txt_tokens: Tensor,  # n×L×D_T query tokens as `embed_texts` gives them (`itm_text_tokens`)
-                      txt_mask: Tensor,    # n×L
-                      gallery: CrossKV,    # `itm_gallery` of the gallery
-                      idx: Tensor,         # n×k gallery indices of each query's candidates
-                      score: str = 'logit',# 'logit' | 'probability' (`match_score`)
-                     ) -> Tensor:          # n×k scores of 'match': `itm_scores` of those pairs
-    "The re-ranking score of 'match' of each query with its k candidates, the image side read from `gallery`."
-    return match_score(self.backbone.itm_logits_cached(txt_tokens, txt_mask, gallery.gather(idx)), score)
 
 # %% ../../nbs/20_base.ipynb #df93b197
 class MethodSpec(NamedTuple):

@@ -11,10 +11,9 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
-from fastcore.basics import patch
 
 from ..config import BackboneConfig
-from ..models.encoders import init_bert_weights, masked_mean, pool_image, pool_text
+from ..models.encoders import CrossKV, cross_kv, itm_logits_cached, init_bert_weights, masked_mean, pool_image, pool_text
 from .base import Method, MethodConfig, MethodSpec, TokenIds, Encoded, Report, match_score
 from .col import OffloadAnchor, offloaded_similarity, direction_diversity
 from ..objectives import sample_itm_negatives
@@ -368,6 +367,31 @@ class GradCO(Method):
         img = aggregate_tokens(img_tokens.unflatten(-1, (-1, self.backbone.vision_width)).transpose(1, 2), w)   # N×P×D_I
         return super().itm_logits(txt, txt_mask, img, img_mask)
 
+    @torch.no_grad()
+    def itm_gallery(self, img_tokens: Tensor, img_mask: Tensor | None = None) -> CrossKV:
+        "G×P×R'·D_I stream tokens -> the keys and values of each stream, C×2×H×G×R'×P×d (D#11: the base's)."
+        if not self.cfg.hia_agg_feat: return super().itm_gallery(img_tokens, img_mask)
+        G = img_tokens.shape[0]
+        streams = img_tokens.unflatten(-1, (-1, self.backbone.vision_width)).transpose(1, 2)        # G×R'×P×D_I
+        kv = cross_kv(self.backbone, streams.flatten(0, 1)).kv                                       # C×2×H×G·R'×P×d
+        mask = None if img_mask is None or bool(img_mask.bool().all()) else img_mask
+        return CrossKV(kv.unflatten(3, (G, streams.shape[1])), mask)
+
+    @torch.no_grad()
+    def itm_scores_cached(self, txt_tokens: Tensor, txt_mask: Tensor, gallery: CrossKV, idx: Tensor, score: str = 'logit') -> Tensor:
+        "n×k scores of 'match' (`match_score`); each candidate's stream keys and values mixed with its query's weights, Σ_r w_r K(U^I_r) (D#11: the base's)."
+        if not self.cfg.hia_agg_feat: return super().itm_scores_cached(txt_tokens, txt_mask, gallery, idx, score)
+        txt, w = unpack_text_tokens(txt_tokens, self.backbone.text_width)                           # n×L×D_T, n×R
+        cand = gallery.gather(idx)                                                                   # kv C×2×H×n×k×R'×P×d
+        kv = cand.kv[:, :, :, :, :, 0] if cand.kv.shape[5] == 1 else torch.einsum('cshnkrpd,nr->cshnkpd', cand.kv, w)
+        return match_score(itm_logits_cached(self.backbone, txt, txt_mask, CrossKV(kv, cand.mask)), score)
+
+    def ranking_scores(self, sim: Tensor, txt_feat: Tensor) -> Tensor:
+        "S_final = Σ_r w_r cos_r from the evaluator's Q×G similarity t·v = S_final / (√R‖w‖); D#9: the cosine itself."
+        if not self.cfg.hia_agg_sims: return sim
+        n = txt_feat.unflatten(1, (len(self.cfg.streams), -1)).norm(dim=-1)           # Q×R, w_r / ‖w‖
+        return sim * math.sqrt(n.shape[1]) / n.sum(1, keepdim=True)
+
     # -- the hooks of Method: what GradCO reports (training log, 31_diagnostics) ------------------------
     @torch.no_grad()
     def stream_stats(self, enc: GradCOEncoded) -> dict:
@@ -402,14 +426,6 @@ class GradCO(Method):
 
 GRADCO_METHODS = {'gradco': MethodSpec(GradCO, GradCOConfig, dict(counterpart_batches=True))}   # batches hold each person's two records (the reading above); the table: 29_methods
 
-# %% ../../nbs/24_gradco.ipynb #77b39e56
-@patch
-def ranking_scores(self: GradCO, sim: Tensor, txt_feat: Tensor) -> Tensor:
-    "S_final = Σ_r w_r cos_r from the evaluator's Q×G similarity t·v = S_final / (√R‖w‖); D#9: the cosine itself."
-    if not self.cfg.hia_agg_sims: return sim
-    n = txt_feat.unflatten(1, (len(self.cfg.streams), -1)).norm(dim=-1)           # Q×R, w_r / ‖w‖
-    return sim * math.sqrt(n.shape[1]) / n.sum(1, keepdim=True)
-
 # %% ../../nbs/24_gradco.ipynb #d4898b19
 GRADCO_ARMS: dict[str, dict] = {
     'full': {},
@@ -421,27 +437,3 @@ GRADCO_ARMS: dict[str, dict] = {
     'D#12': dict(loss_weights={**MethodConfig.default_loss_weights(), 'itc': 0.0, 'qct': None}),   # 'qct': None, λ from qct_weight, as the
     'D#13': dict(loss_weights={**MethodConfig.default_loss_weights(), 'itm': 0.0, 'qct': None}),   # records of these arms were saved
 }   # arm -> build_method('gradco', …) switches (paper's ablation, Figures 3-4)
-
-# %% ../../nbs/24_gradco.ipynb #cb6e09fa
-from ..models.encoders import CrossKV
-
-@patch
-@torch.no_grad()
-def itm_gallery(self: GradCO, img_tokens: Tensor, img_mask: Tensor | None = None) -> CrossKV:
-    "G×P×R'·D_I stream tokens -> the keys and values of each stream, C×2×H×G×R'×P×d (D#11: the base's)."
-    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_gallery(img_tokens, img_mask)
-    G = img_tokens.shape[0]
-    streams = img_tokens.unflatten(-1, (-1, self.backbone.vision_width)).transpose(1, 2)        # G×R'×P×D_I
-    kv = self.backbone.cross_kv(streams.flatten(0, 1)).kv                                        # C×2×H×G·R'×P×d
-    mask = None if img_mask is None or bool(img_mask.bool().all()) else img_mask
-    return CrossKV(kv.unflatten(3, (G, streams.shape[1])), mask)
-
-@patch
-@torch.no_grad()
-def itm_scores_cached(self: GradCO, txt_tokens: Tensor, txt_mask: Tensor, gallery: CrossKV, idx: Tensor, score: str = 'logit') -> Tensor:
-    "n×k scores of 'match' (`match_score`); each candidate's stream keys and values mixed with its query's weights, Σ_r w_r K(U^I_r) (D#11: the base's)."
-    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_scores_cached(txt_tokens, txt_mask, gallery, idx, score)
-    txt, w = unpack_text_tokens(txt_tokens, self.backbone.text_width)                           # n×L×D_T, n×R
-    cand = gallery.gather(idx)                                                                   # kv C×2×H×n×k×R'×P×d
-    kv = cand.kv[:, :, :, :, :, 0] if cand.kv.shape[5] == 1 else torch.einsum('cshnkrpd,nr->cshnkpd', cand.kv, w)
-    return match_score(self.backbone.itm_logits_cached(txt, txt_mask, CrossKV(kv, cand.mask)), score)

@@ -19,8 +19,8 @@ from ..config import BackboneConfig, VisionConfig, TextConfig
 __all__ = ['GLOBAL_POOLS', 'XVLM_UNEXPECTED', 'PRETRAINED', 'SHIPPED', 'ImageEncoder', 'bert_config', 'padding_mask',
            'cross_layer', 'init_bert_weights', 'TextEncoder', 'pool_parts', 'AttentionPool', 'masked_mean',
            'stripe_pool', 'pool_image', 'pool_text', 'global_head', 'itm_mlp', 'Backbone', 'fast_linear', 'CrossKV',
-           'LoadReport', 'xvlm_to_ours', 'load_xvlm_checkpoint', 'to_xvlm_state_dict', 'weights_dir',
-           'resolve_checkpoint', 'check_checkpoint_vocab']
+           'cross_kv', 'itm_logits_cached', 'LoadReport', 'xvlm_to_ours', 'load_xvlm_checkpoint', 'to_xvlm_state_dict',
+           'weights_dir', 'resolve_checkpoint', 'check_checkpoint_vocab']
 
 # %% ../../nbs/10_encoders.ipynb #f8dfefab
 class ImageEncoder(SwinTransformer):
@@ -223,7 +223,6 @@ class Backbone(nn.Module):
 
 # %% ../../nbs/10_encoders.ipynb #9cb29506
 from typing import NamedTuple
-from fastcore.basics import patch
 
 def _onednn_linear():
     "PyTorch's oneDNN linear with fused bias and activation (torch.compile's CPU kernel); None where the build lacks it."
@@ -260,16 +259,15 @@ def _cross_layers(bb) -> nn.ModuleList:
     te = bb.text_encoder
     return te.bert.encoder.layer[te.num_text_layers:]
 
-@patch
 @torch.no_grad()
-def cross_kv(self: Backbone,
+def cross_kv(bb: Backbone,                    # the backbone whose cross layers read the images
              img: Tensor,                    # G×P×D_I image tokens, as the cross encoder reads them
              img_mask: Tensor | None = None, # G×P, 1 = real token; None = all real
             ) -> CrossKV:                    # kv C×2×H×G×P×d
     "Keys and values of every cross layer for G images: computed once per gallery image, read by `itm_logits_cached`."
-    assert img.dim() == 3 and img.shape[-1] == self.vision_width, f"img must be G×P×{self.vision_width}, got {tuple(img.shape)}"
+    assert img.dim() == 3 and img.shape[-1] == bb.vision_width, f"img must be G×P×{bb.vision_width}, got {tuple(img.shape)}"
     kv = []
-    for layer in _cross_layers(self):
+    for layer in _cross_layers(bb):
         s = layer.crossattention.self
         kv.append(torch.stack([fast_linear(img, lin.weight, lin.bias).unflatten(-1, (s.num_attention_heads, -1)).permute(2, 0, 1, 3)
                                for lin in (s.key, s.value)]))                                    # 2×H×G×P×d
@@ -309,15 +307,14 @@ def _feed_forward(layer: nn.Module, x: Tensor) -> Tensor:
     h = fast_linear(x, lin.weight, lin.bias, gelu=True) if gelu else layer.intermediate.intermediate_act_fn(fast_linear(x, lin.weight, lin.bias))
     return _add_norm(layer.output, h, x)
 
-@patch
 @torch.no_grad()
-def itm_logits_cached(self: Backbone,
+def itm_logits_cached(bb: Backbone,  # the backbone whose cross encoder and ITM head score the pairs
                       txt: Tensor,       # n×L×D_T text tokens of n queries
                       txt_mask: Tensor,  # n×L, 1 = real token
                       cand: CrossKV,     # their candidates' keys and values: kv C×2×H×n×k×P×d (`CrossKV.gather`)
                      ) -> Tensor:        # n×k×2 ITM logits
     "ITM logits of each query with its k candidates from their cached keys and values: `itm_logits(fuse(…))` of those pairs."
-    layers = _cross_layers(self)
+    layers = _cross_layers(bb)
     assert cand.kv.dim() == 7 and cand.kv.shape[:2] == (len(layers), 2) and cand.kv.shape[3] == txt.shape[0], \
         f"cand.kv must be C×2×H×n×k×P×d with C={len(layers)}, n={txt.shape[0]} (CrossKV.gather), got {tuple(cand.kv.shape)}"
     n, k = cand.kv.shape[3:5]
@@ -330,7 +327,7 @@ def itm_logits_cached(self: Backbone,
         x = _self_attention(layer.attention, x, txt_bias, cls_only=l == len(layers) - 1)        # n×k'×T'×D_T
         x = _image_attention(layer.crossattention, x, cand.kv[l, 0], cand.kv[l, 1], img_bias)    # n×k×T'×D_T
         x = _feed_forward(layer, x)
-    return self.itm_head(x[..., 0, :])                                                           # n×k×2, from each pair's [CLS]
+    return bb.itm_head(x[..., 0, :])                                                           # n×k×2, from each pair's [CLS]
 
 # %% ../../nbs/10_encoders.ipynb #100951fa
 XVLM_UNEXPECTED = ('bbox_head.*',)                       # X-VLM pre-training heads with no use here
