@@ -50,10 +50,10 @@ class ToyMethod(nn.Module):
         m = mask.unsqueeze(-1).to(x.dtype)
         return ToyEmbedding(F.normalize(b.txt_proj((x * m).sum(1) / m.sum(1)), dim=-1), x, mask)
 
-    def itm_scores(self, txt_tokens: Tensor, txt_mask: Tensor, img_tokens: Tensor, img_mask: Tensor | None = None) -> Tensor:
-        "N pairs -> N cosine scores of the mean text token and the pooled image token."
-        m = txt_mask.unsqueeze(-1).to(txt_tokens.dtype)
-        return F.cosine_similarity((txt_tokens * m).sum(1) / m.sum(1), img_tokens[:, 0], dim=-1)
+    def itm_scores(self, txt, img_tokens: Tensor, img_mask: Tensor | None = None) -> Tensor:
+        "N pairs (the texts a CrossText: tokens N×L×E, mask N×L) -> N cosine scores of the mean text token and the pooled image token."
+        m = txt.mask.unsqueeze(-1).to(txt.tokens.dtype)
+        return F.cosine_similarity((txt.tokens * m).sum(1) / m.sum(1), img_tokens[:, 0], dim=-1)
 
     def forward(self, batch: dict) -> dict:
         "{'loss_itc', 'loss'} of one batch."

@@ -16,9 +16,9 @@ from .config import RunConfig, DataConfig, BackboneConfig, get_preset, load_conf
 
 
 # %% auto #0
-__all__ = ['WEIGHTS', 'SWITCHES_HEADER', 'atomic_write', 'file_digest', 'save_weights', 'load_weights', 'cache_file',
-           'load_or_embed', 'synth_params', 'synth_cache_dir', 'resolve_data_root', 'run_backbone', 'build_run_method',
-           'RunError', 'Run', 'switch_parameters']
+__all__ = ['EMB_LAYOUT', 'WEIGHTS', 'SWITCHES_HEADER', 'atomic_write', 'file_digest', 'save_weights', 'load_weights',
+           'cache_file', 'load_or_embed', 'synth_params', 'synth_cache_dir', 'resolve_data_root', 'run_backbone',
+           'build_run_method', 'RunError', 'Run', 'switch_parameters']
 
 # %% ../nbs/29_runs.ipynb #321c507e
 def atomic_write(path, write) -> Path:
@@ -61,7 +61,8 @@ def load_weights(model: nn.Module, path) -> int:
     with safe_open(str(path), 'pt') as f: return int((f.metadata() or {}).get('step', -1))
 
 
-_EMB_FIELDS = ('feat', 'tokens', 'mask')
+_EMB_FIELDS = ('feat', 'tokens', 'mask')   # and 'weights' when the method keeps per-query weights for its cross encoder (GradCO)
+EMB_LAYOUT = 2   # 2: those weights are a field of their own; 1 (unversioned): appended to 'tokens' as channels
 
 def cache_file(run_dir, name: str) -> Path:
     "RUN_DIR/embeddings/<name>.pt, ':' replaced by '_' (`weather:rain` -> weather_rain.pt)."
@@ -69,18 +70,18 @@ def cache_file(run_dir, name: str) -> Path:
 
 def load_or_embed(path,                 # the .pt file of this embedding
                   key: dict,            # what the embedding depends on (JSON-serialisable)
-                  compute,              # () -> dict(feat, tokens, mask): embed_gallery / embed_queries
+                  compute,              # () -> dict(feat, tokens, mask[, weights]): embed_gallery / embed_queries
                   recompute: bool = False, # ignore a saved file
                  ) -> tuple[dict, bool]:   # (dict(feat, tokens, mask) on the CPU, True if it was read from `path`)
     "The embedding saved at `path` when it was saved under `key`; else `compute()`, saved there with `key`."
-    path, key = Path(path), json.dumps(key, sort_keys=True)
+    path, key = Path(path), json.dumps(dict(key, layout=EMB_LAYOUT), sort_keys=True)
     if path.exists() and not recompute:
         try: saved = torch.load(path, map_location='cpu', weights_only=True)
         except Exception as e:
             print(f"warning: {path} is unreadable ({type(e).__name__}); recomputing it"); saved = {}
-        if isinstance(saved, dict) and saved.get('key') == key: return {k: saved[k] for k in _EMB_FIELDS}, True
+        if isinstance(saved, dict) and saved.get('key') == key: return {k: saved[k] for k in (*_EMB_FIELDS, 'weights') if k in saved}, True
     emb = compute()
-    emb = {k: emb[k].detach().cpu().contiguous() for k in _EMB_FIELDS}
+    emb = {k: emb[k].detach().cpu().contiguous() for k in (*_EMB_FIELDS, 'weights') if k in _EMB_FIELDS or emb.get(k) is not None}
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda p: torch.save(dict(key=key, **emb), p))
     return emb, False

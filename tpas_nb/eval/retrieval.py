@@ -14,7 +14,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from ..config import progress as show_progress
-from ..methods.base import ITM_SCORES
+from ..methods.base import ITM_SCORES, CrossText
 
 # %% auto #0
 __all__ = ['FUSIONS', 'ITC_TIEBREAK', 'POSITIVE_COLOUR', 'COUNTERPART_COLOUR', 'positive_mask', 'sorted_relevance',
@@ -112,6 +112,11 @@ def _field(emb, name: str) -> Tensor:
     "`emb.name` or `emb[name]`: embeddings may be dicts or ImageEmbedding/TextEmbedding tuples."
     return emb[name] if isinstance(emb, dict) else getattr(emb, name)
 
+def _text_side(txt_emb, rows) -> CrossText:
+    "The cross encoder's text side of the queries `rows`: tokens, mask and, when the method keeps them, per-query weights."
+    w = txt_emb.get('weights') if isinstance(txt_emb, dict) else getattr(txt_emb, 'weights', None)
+    return CrossText(_field(txt_emb, 'tokens'), _field(txt_emb, 'mask'), w).rows(rows)
+
 def similarity(txt_emb, # text embedding: feat Q×E
                img_emb, # image embedding: feat G×E
               ) -> Tensor: # Q×G cosine similarities s_qg
@@ -156,14 +161,12 @@ def _scored(fn, *args, score: str = 'logit') -> Tensor:
 def _itm_chunk(method, txt_emb, img_emb, rows:slice, topk_idx:Tensor, score:str='logit') -> Tensor:
     "ITM scores (n×k) of the queries `rows` with their top-k items, in one itm_scores call on N = n·k pairs."
     n, k = topk_idx.shape
-    tt, tm = _field(txt_emb, 'tokens')[rows], _field(txt_emb, 'mask')[rows]          # n×L×D_T, n×L
-    L, D = tt.shape[1:]
-    tt = tt[:, None].expand(n, k, L, D).reshape(n * k, L, D)                          # N×L×D_T
-    tm = tm[:, None].expand(n, k, L).reshape(n * k, L)                                # N×L
+    q = torch.arange(rows.start, rows.stop).repeat_interleave(k)                        # N = n·k: each query once per candidate
+    txt = _text_side(txt_emb, q)                                                        # N×L×D_T tokens, N×L mask (N×R weights)
     flat = topk_idx.reshape(-1).to(_field(img_emb, 'tokens').device)                  # N
     it, im = _field(img_emb, 'tokens')[flat], _field(img_emb, 'mask')[flat]           # N×P×D_I, N×P
-    it, im = it.to(tt.device), im.to(tt.device)
-    return _scored(method.itm_scores, tt, tm, it, im, score=score).float().view(n, k)
+    it, im = it.to(txt.tokens.device), im.to(txt.tokens.device)
+    return _scored(method.itm_scores, txt, it, im, score=score).float().view(n, k)
 
 def _my_rows(Q: int, accelerator) -> range:
     "The queries this process re-ranks: a contiguous block per process (all of them without Accelerate)."
@@ -185,20 +188,21 @@ def uses_cached_itm(method) -> bool:
 def _itm_cached(method, txt_emb, img_emb, rows: range, topk_idx: Tensor, per_call: int, progress: bool, score: str = 'logit') -> Tensor:
     "ITM scores (len(rows)×k) of the queries `rows`: the keys and values of the images they re-rank computed once; chunks of per_call queries, longest captions first."
     r = slice(rows.start, rows.stop)
-    tt, tm, top = _field(txt_emb, 'tokens')[r], _field(txt_emb, 'mask')[r], topk_idx[r]       # n×L×D_T, n×L, n×k
+    txt, top = _text_side(txt_emb, r), topk_idx[r]                                           # the n queries' text side; n×k
+    dev = txt.tokens.device
     used, cand = torch.unique(top, return_inverse=True)                                      # images some query re-ranks; n×k positions among them
     it, im = _field(img_emb, 'tokens'), _field(img_emb, 'mask')
     used = used.to(it.device)
-    gallery = method.itm_gallery(it[used].to(tt.device), im[used].to(tt.device))             # once per image
-    order = tm.sum(1).argsort(descending=True, stable=True)      # a chunk is cut at its longest caption; buffers only shrink
-    out = torch.empty(top.shape, device=tt.device)                                           # n×k
+    gallery = method.itm_gallery(it[used].to(dev), im[used].to(dev))                         # once per image
+    order = txt.mask.sum(1).argsort(descending=True, stable=True)  # a chunk is cut at its longest caption; buffers only shrink
+    out = torch.empty(top.shape, device=dev)                                                 # n×k
     for s in show_progress(range(0, len(order), per_call), progress):
         q = order[s:s + per_call]
-        out[q] = _scored(method.itm_scores_cached, tt[q], tm[q], gallery, cand[q].to(tt.device), score=score).float()
+        out[q] = _scored(method.itm_scores_cached, txt.rows(q), gallery, cand[q].to(dev), score=score).float()
     return out
 
-def rank(method,                  # a Method: itm_scores(txt_tokens N×L×D_T, txt_mask N×L, img_tokens N×P×D_I, img_mask N×P) -> N
-         txt_emb,                 # queries: feat Q×E, tokens Q×L×D_T, mask Q×L (embed_queries)
+def rank(method,                  # a Method: itm_scores(txt: CrossText of N texts, img_tokens N×P×D_I, img_mask N×P) -> N
+         txt_emb,                 # queries: feat Q×E, tokens Q×L×D_T, mask Q×L (and weights Q×R when the method keeps them) (embed_queries)
          img_emb,                 # gallery: feat G×E, tokens G×P×D_I, mask G×P (embed_gallery)
          k_test:int=128,          # items re-ranked by ITM per query (0 = similarity only)
          score_fusion:str='itm',  # 'itm' | 'itm+itc' (official 0.002·ITC tie-break)
@@ -237,14 +241,13 @@ def rank_naive(method, txt_emb, img_emb, k_test:int=128, score_fusion:str='itm',
     _check_k(k_test)
     sim = similarity(txt_emb, img_emb)                                                 # Q×G
     if k_test == 0: return sim
-    tt, tm = _field(txt_emb, 'tokens'), _field(txt_emb, 'mask')
     it, im = _field(img_emb, 'tokens'), _field(img_emb, 'mask')
     idx, itm = [], []
     with _eval_mode(method):
         for q in range(len(sim)):
             top = sim[q].topk(min(k_test, sim.shape[1])).indices                       # k
             k = len(top)
-            itm.append(_scored(method.itm_scores, tt[q].repeat(k, 1, 1), tm[q].repeat(k, 1), it[top], im[top], score=itm_score).float())
+            itm.append(_scored(method.itm_scores, _text_side(txt_emb, [q] * k), it[top], im[top], score=itm_score).float())
             idx.append(top)
     return fuse_scores(sim, torch.stack(idx), torch.stack(itm), score_fusion)
 
@@ -269,6 +272,7 @@ def _embed(loader, encode, n: int, device, progress: bool, accelerator) -> dict:
         if accelerator is None: b = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in b.items()}
         e = encode(b)
         out = dict(feat=_field(e, 'feat'), tokens=_field(e, 'tokens'), mask=_field(e, 'mask'), index=b['index'])
+        if getattr(e, 'weights', None) is not None: out['weights'] = e.weights           # per-query weights of the cross encoder (GradCO)
         if len({len(v) for v in out.values()}) != 1:
             raise ValueError(f"the method returned feat/tokens/mask for {[len(v) for v in out.values()][:3]} items, batch has {len(b['index'])}")
         parts.append(accelerator.gather_for_metrics(out) if accelerator is not None else out)

@@ -19,8 +19,8 @@ from ..objectives import (itc_similarity, info_nce, sample_itm_negatives, build_
                                 mask_tokens, mlm_loss, gather_with_grad, process_rows)
 
 # %% auto #0
-__all__ = ['ITM_SCORES', 'Regulariser', 'MethodConfig', 'ImageEmbedding', 'TextEmbedding', 'TokenIds', 'pad_to', 'Encoded',
-           'Report', 'Method', 'match_score', 'MethodSpec', 'RegulariserSpec', 'MethodTable']
+__all__ = ['ITM_SCORES', 'Regulariser', 'MethodConfig', 'ImageEmbedding', 'TextEmbedding', 'CrossText', 'TokenIds', 'pad_to',
+           'Encoded', 'Report', 'Method', 'match_score', 'MethodSpec', 'RegulariserSpec', 'MethodTable']
 
 # %% ../../nbs/20_base.ipynb #c0a9ef14
 class Regulariser(NamedTuple):
@@ -91,8 +91,30 @@ class ImageEmbedding(NamedTuple):
 class TextEmbedding(NamedTuple):
     "What the evaluator keeps per text query."
     feat: Tensor     # Q×E L2-normalised global feature (ITC)
-    tokens: Tensor   # Q×L×D_T text-encoder output (queries of the cross encoder)
+    tokens: Tensor   # Q×L×D_T text side of the cross encoder (`CrossText.tokens`)
     mask: Tensor     # Q×L long, 1 = real token
+    weights: Tensor | None = None  # Q×R weights the cross encoder mixes each candidate's image side with (`CrossText.weights`); None: none
+
+    @property
+    def cross(self) -> CrossText: return CrossText(self.tokens, self.mask, self.weights)   # the cross encoder's text side
+
+class CrossText(NamedTuple):
+    "The text side of N (text, image) pairs, as the cross encoder reads it."
+    tokens: Tensor                 # N×L×D_T tokens (the text encoder's, or a method's mix of them)
+    mask: Tensor                   # N×L, 1 = real token
+    weights: Tensor | None = None  # N×R per-text weights the image side is mixed with (GradCO's HIA); None: the image side as it is
+
+    def rows(self, idx) -> CrossText:
+        "The texts `idx` (an index tensor, list or slice) of every field."
+        return CrossText(*(None if x is None else x[idx] for x in self))
+
+    def padded(self, length: int) -> CrossText:
+        "Tokens and mask right-padded to `length` (weights are per text)."
+        return CrossText(pad_to(self.tokens, length), pad_to(self.mask, length), self.weights)
+
+    def of_pairs(self, pairs, hard: CrossText | None = None) -> CrossText:
+        "The text side of the N pairs of an `ItmPairs` (12_objectives), from these B texts and their B counterparts `hard`."
+        return CrossText(*(None if x is None else pairs.texts(x, None if hard is None else h) for x, h in zip(self, hard or (None,) * 3)))
 
 @dataclass(frozen=True)
 class TokenIds:
@@ -196,9 +218,9 @@ class Method(nn.Module):
         "B×P×D_I tokens -> the image side the cross encoder reads (here the tokens themselves)."
         return img
 
-    def itm_text_tokens(self, txt: Tensor, txt_mask: Tensor) -> Tensor:
-        "B×L×D_T tokens -> the text side the cross encoder reads (here the tokens themselves)."
-        return txt
+    def itm_text(self, txt: Tensor, txt_mask: Tensor) -> CrossText:
+        "B×L×D_T tokens and their mask -> the text side the cross encoder reads (here the tokens themselves)."
+        return CrossText(txt, txt_mask)
 
     def encode_tokens(self, batch: dict) -> tuple[Tensor, Tensor, Tensor]:
         "A batch -> its image tokens (B×P×D_I), text tokens (B×L×D_T) and text mask (B×L)."
@@ -277,15 +299,15 @@ class Method(nn.Module):
         some = self.cfg.contrast_pairs and not ihnm                  # counterparts for the records that have one in the batch
         pairs = build_itm_pairs(*self.itm_negatives(enc, self.itm_draw_ids(batch, ihnm or some), temp),
                                 ihnm=ihnm or some).first(self._share(self.cfg.itm_frac, len(idx)))
-        (img, txt), mask = self.itm_inputs(enc), enc.mask
-        hard_img = hard_txt = hard_mask = None
-        if ihnm: txt, mask, hard_img, hard_txt, hard_mask = self.counterparts(batch, img, txt, mask)
+        img, txt = self.itm_inputs(enc)
+        hard_img = hard_txt = None
+        if ihnm: txt, hard_img, hard_txt = self.counterparts(batch, img, txt)
         if some:
             p = batch['partner']
             pairs = pairs.anchored(p >= 0)
             q = p.clamp(min=0)
-            hard_img, hard_txt, hard_mask = img[q], txt[q], mask[q]
-        logits = self.itm_logits(pairs.texts(txt, hard_txt), pairs.texts(mask, hard_mask), pairs.images(img, hard_img))   # N×2
+            hard_img, hard_txt = img[q], txt.rows(q)
+        logits = self.itm_logits(txt.of_pairs(pairs, hard_txt), pairs.images(img, hard_img))   # N×2
         return itm_loss(logits, pairs.labels, pairs.group if self.cfg.itm_weighting == 'official' else None)
 
     def itm_draw_ids(self, batch: dict, explicit: bool) -> Tensor:
@@ -295,26 +317,26 @@ class Method(nn.Module):
         merged = torch.where(p >= 0, torch.minimum(idx, idx[p.clamp(min=0)]), idx)
         return idx if bool((merged == merged[0]).all()) else merged    # one person in the batch: the partner is the only other
 
-    def itm_inputs(self, enc: Encoded) -> tuple[Tensor, Tensor]:
-        "(image side, text side) of the batch as the cross encoder reads them (`itm_image_tokens`, `itm_text_tokens`)."
-        return self.itm_image_tokens(enc.img), self.itm_text_tokens(enc.txt, enc.mask)
+    def itm_inputs(self, enc: Encoded) -> tuple[Tensor, CrossText]:
+        "(image side, text side) of the batch as the cross encoder reads them (`itm_image_tokens`, `itm_text`)."
+        return self.itm_image_tokens(enc.img), self.itm_text(enc.txt, enc.mask)
 
-    def counterparts(self, batch, img, txt, mask) -> tuple[Tensor, ...]:
-        "(txt, mask, Ĩ, T̃, mask of T̃) as the cross encoder reads them: the loaded `hard_image` / `hard_text_ids`, else the partners of a paired batch."
+    def counterparts(self, batch: dict, img: Tensor, txt: CrossText) -> tuple[CrossText, Tensor, CrossText]:
+        "(T, Ĩ, T̃) as the cross encoder reads them: the loaded `hard_image` / `hard_text_ids`, else the partners of a paired batch."
         if 'hard_image' not in batch:
             p = batch.get('partner')
             if p is None or not bool((p >= 0).all()):
                 raise ValueError("ihnm=True needs the counterparts: 'hard_image' / 'hard_text_ids', or a paired batch ('partner' >= 0)")
-            return txt, mask, img[p], txt[p], mask[p]                                            # both records of each person in the batch
+            return txt, img[p], txt.rows(p)                                                     # both records of each person in the batch
         hard_img = self.itm_image_tokens(self.image_tokens(batch['hard_image'], batch.get('hard_pose')))   # B×P×D_I
-        L = max(mask.shape[1], batch['hard_text_mask'].shape[1])
+        L = max(txt.mask.shape[1], batch['hard_text_mask'].shape[1])
         hard_mask = pad_to(batch['hard_text_mask'], L)
-        hard_txt = self.itm_text_tokens(self.backbone.encode_text(pad_to(batch['hard_text_ids'], L, self.tokens.pad), hard_mask), hard_mask)
-        return pad_to(txt, L), pad_to(mask, L), hard_img, hard_txt, hard_mask
+        hard_txt = self.itm_text(self.backbone.encode_text(pad_to(batch['hard_text_ids'], L, self.tokens.pad), hard_mask), hard_mask)
+        return txt.padded(L), hard_img, hard_txt
 
-    def itm_logits(self, txt_tokens: Tensor, txt_mask: Tensor, img_tokens: Tensor, img_mask: Tensor | None = None) -> Tensor:
-        "N (text, image) pairs, as `itm_text_tokens` / `itm_image_tokens` give them -> N×2 ITM logits of the cross encoder."
-        return self.backbone.itm_logits(self.backbone.fuse(txt_tokens, txt_mask, img_tokens, img_mask))
+    def itm_logits(self, txt: CrossText, img_tokens: Tensor, img_mask: Tensor | None = None) -> Tensor:
+        "N (text, image) pairs, as `itm_text` / `itm_image_tokens` give them -> N×2 ITM logits of the cross encoder."
+        return self.backbone.itm_logits(self.backbone.fuse(txt.tokens, txt.mask, img_tokens, img_mask))
 
     @staticmethod
     def _share(frac: float, B: int) -> int: return max(1, round(frac * B))
@@ -347,13 +369,12 @@ class Method(nn.Module):
     def embed_texts(self, ids: Tensor, mask: Tensor) -> TextEmbedding:
         "Query embedding: global features and the cross encoder's tokens of Q captions."
         txt = self.backbone.encode_text(ids, mask)
-        return TextEmbedding(self.text_feature(txt, mask), self.itm_text_tokens(txt, mask), mask)
+        return TextEmbedding(self.text_feature(txt, mask), *self.itm_text(txt, mask))
 
     @torch.no_grad()
-    def itm_scores(self, txt_tokens: Tensor, txt_mask: Tensor, img_tokens: Tensor, img_mask: Tensor | None = None,
-                   score: str = 'logit') -> Tensor:
+    def itm_scores(self, txt: CrossText, img_tokens: Tensor, img_mask: Tensor | None = None, score: str = 'logit') -> Tensor:
         "The re-ranking score of 'match' (`match_score`: logit or probability) for N (text, image) pairs -> N."
-        return match_score(self.itm_logits(txt_tokens, txt_mask, img_tokens, img_mask), score)
+        return match_score(self.itm_logits(txt, img_tokens, img_mask), score)
 
     @torch.no_grad()
     def itm_gallery(self,
@@ -365,14 +386,13 @@ class Method(nn.Module):
 
     @torch.no_grad()
     def itm_scores_cached(self,
-                          txt_tokens: Tensor,  # n×L×D_T query tokens as `embed_texts` gives them (`itm_text_tokens`)
-                          txt_mask: Tensor,    # n×L
+                          txt: CrossText,      # the n queries as `embed_texts` gives them (`itm_text`)
                           gallery: CrossKV,    # `itm_gallery` of the gallery
                           idx: Tensor,         # n×k gallery indices of each query's candidates
                           score: str = 'logit',# 'logit' | 'probability' (`match_score`)
                          ) -> Tensor:          # n×k scores of 'match': `itm_scores` of those pairs
         "The re-ranking score of 'match' of each query with its k candidates, the image side read from `gallery` (`itm_logits_cached`)."
-        return match_score(itm_logits_cached(self.backbone, txt_tokens, txt_mask, gallery.gather(idx)), score)
+        return match_score(itm_logits_cached(self.backbone, txt.tokens, txt.mask, gallery.gather(idx)), score)
 
     def ranking_scores(self,
                        sim: Tensor,        # Q×G evaluator similarity of the retrieval features

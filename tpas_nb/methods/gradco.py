@@ -14,15 +14,14 @@ from torch import nn, Tensor
 
 from ..config import BackboneConfig
 from ..models.encoders import CrossKV, cross_kv, itm_logits_cached, init_bert_weights, masked_mean, pool_image, pool_text
-from .base import Method, MethodConfig, MethodSpec, TokenIds, Encoded, Report, match_score
+from .base import Method, MethodConfig, MethodSpec, TokenIds, Encoded, Report, CrossText, match_score
 from .col import OffloadAnchor, offloaded_similarity, direction_diversity
 from ..objectives import sample_itm_negatives
 
 # %% auto #0
 __all__ = ['STREAMS', 'POOLS', 'GRADCO_METHODS', 'GRADCO_ARMS', 'GradCOConfig', 'SubExpert', 'StreamOutput', 'pool_tokens',
            'BackboneHead', 'ExpertStream', 'BehaviourMoE', 'HIAScores', 'aggregate_tokens', 'hia_text_feature',
-           'hia_image_feature', 'hia_weights_from_feature', 'pack_text_tokens', 'unpack_text_tokens',
-           'hia_image_tokens', 'hia_text_tokens', 'GradCOEncoded', 'GradCO']
+           'hia_image_feature', 'hia_weights_from_feature', 'hia_image_tokens', 'GradCOEncoded', 'GradCO']
 
 # %% ../../nbs/24_gradco.ipynb #503970c5
 STREAMS = ('app', 'norm', 'anom')   # appearance, normal behaviour, anomalous behaviour
@@ -205,23 +204,9 @@ def hia_weights_from_feature(txt_feat: Tensor, # Q×R·E text features of `hia_t
     n = txt_feat.unflatten(1, (R, -1)).norm(dim=-1)                                # Q×R, w_r/‖w‖
     return n / n.sum(1, keepdim=True)
 
-def pack_text_tokens(tokens: Tensor, weights: Tensor) -> Tensor:
-    "Q×L×D_T aggregated text tokens and Q×R weights -> Q×L×(D_T+R), the weights repeated at every position."
-    return torch.cat([tokens, weights[:, None, :].expand(-1, tokens.shape[1], -1).to(tokens.dtype)], -1)
-
-def unpack_text_tokens(packed: Tensor, width: int) -> tuple[Tensor, Tensor]:
-    "Inverse of `pack_text_tokens`: (N×L×D_T tokens, N×R weights)."
-    if packed.shape[-1] <= width:
-        raise ValueError(f"GradCO text tokens must be N×L×(D_T+R) with D_T={width} (from GradCO.embed_texts), got {tuple(packed.shape)}")
-    return packed[..., :width], packed[:, 0, width:]
-
 def hia_image_tokens(I: StreamOutput) -> Tensor:
     "B×R'×P×D_I stream tokens -> B×P×R'·D_I, the streams side by side: what ITM and the evaluator keep per image."
     return I.tokens.transpose(1, 2).flatten(2)
-
-def hia_text_tokens(T: StreamOutput, weights: Tensor) -> Tensor:
-    "Text streams and B×R weights -> B×L×(D_T+R): Σ_r w_r U^T_r with the weights appended (`pack_text_tokens`)."
-    return pack_text_tokens(aggregate_tokens(T.tokens, weights), weights)
 
 
 # %% ../../nbs/24_gradco.ipynb #0f734935
@@ -349,23 +334,24 @@ class GradCO(Method):
         "B×P×D_I tokens -> the R' stream token sequences side by side, B×P×R'·D_I (D#11: the backbone's tokens)."
         return hia_image_tokens(self.image_streams(img)) if self.cfg.hia_agg_feat else img
 
-    def itm_text_tokens(self, txt: Tensor, txt_mask: Tensor) -> Tensor:
-        "B×L×D_T tokens -> Σ_r w_r U^T_r with the weights w appended, B×L×(D_T+R) (D#11: the backbone's tokens)."
-        if not self.cfg.hia_agg_feat: return txt
+    def itm_text(self, txt: Tensor, txt_mask: Tensor) -> CrossText:
+        "B×L×D_T tokens -> Σ_r w_r U^T_r, the mask, and the weights w the image side is mixed with (D#11: the backbone's tokens)."
+        if not self.cfg.hia_agg_feat: return super().itm_text(txt, txt_mask)
         T = self.text_streams(txt, txt_mask)
-        return hia_text_tokens(T, self.intent_weights(T.feats))
+        w = self.intent_weights(T.feats)                                              # B×R
+        return CrossText(aggregate_tokens(T.tokens, w), txt_mask, w)
 
-    def itm_inputs(self, enc: GradCOEncoded) -> tuple[Tensor, Tensor]:
+    def itm_inputs(self, enc: GradCOEncoded) -> tuple[Tensor, CrossText]:
         "The batch's two sides for the cross encoder, from the streams and weights `encode` computed."
-        if not self.cfg.hia_agg_feat: return enc.img, enc.txt
-        return hia_image_tokens(enc.I), hia_text_tokens(enc.T, self.local(enc.hia.weights))
+        if not self.cfg.hia_agg_feat: return super().itm_inputs(enc)
+        w = self.local(enc.hia.weights)                                               # B×R, this process's texts
+        return hia_image_tokens(enc.I), CrossText(aggregate_tokens(enc.T.tokens, w), enc.mask, w)
 
-    def itm_logits(self, txt_tokens: Tensor, txt_mask: Tensor, img_tokens: Tensor, img_mask: Tensor | None = None) -> Tensor:
+    def itm_logits(self, txt: CrossText, img_tokens: Tensor, img_mask: Tensor | None = None) -> Tensor:
         "N pairs -> N×2 ITM logits; each image's streams are aggregated with its query's weights: (Σ_r w_r U^T_r, Σ_r w_r U^I_r)."
-        if not self.cfg.hia_agg_feat: return super().itm_logits(txt_tokens, txt_mask, img_tokens, img_mask)
-        txt, w = unpack_text_tokens(txt_tokens, self.backbone.text_width)           # N×L×D_T, N×R
-        img = aggregate_tokens(img_tokens.unflatten(-1, (-1, self.backbone.vision_width)).transpose(1, 2), w)   # N×P×D_I
-        return super().itm_logits(txt, txt_mask, img, img_mask)
+        if not self.cfg.hia_agg_feat: return super().itm_logits(txt, img_tokens, img_mask)
+        img = aggregate_tokens(img_tokens.unflatten(-1, (-1, self.backbone.vision_width)).transpose(1, 2), txt.weights)   # N×P×D_I
+        return super().itm_logits(txt, img, img_mask)
 
     @torch.no_grad()
     def itm_gallery(self, img_tokens: Tensor, img_mask: Tensor | None = None) -> CrossKV:
@@ -378,13 +364,12 @@ class GradCO(Method):
         return CrossKV(kv.unflatten(3, (G, streams.shape[1])), mask)
 
     @torch.no_grad()
-    def itm_scores_cached(self, txt_tokens: Tensor, txt_mask: Tensor, gallery: CrossKV, idx: Tensor, score: str = 'logit') -> Tensor:
+    def itm_scores_cached(self, txt: CrossText, gallery: CrossKV, idx: Tensor, score: str = 'logit') -> Tensor:
         "n×k scores of 'match' (`match_score`); each candidate's stream keys and values mixed with its query's weights, Σ_r w_r K(U^I_r) (D#11: the base's)."
-        if not self.cfg.hia_agg_feat: return super().itm_scores_cached(txt_tokens, txt_mask, gallery, idx, score)
-        txt, w = unpack_text_tokens(txt_tokens, self.backbone.text_width)                           # n×L×D_T, n×R
+        if not self.cfg.hia_agg_feat: return super().itm_scores_cached(txt, gallery, idx, score)
         cand = gallery.gather(idx)                                                                   # kv C×2×H×n×k×R'×P×d
-        kv = cand.kv[:, :, :, :, :, 0] if cand.kv.shape[5] == 1 else torch.einsum('cshnkrpd,nr->cshnkpd', cand.kv, w)
-        return match_score(itm_logits_cached(self.backbone, txt, txt_mask, CrossKV(kv, cand.mask)), score)
+        kv = cand.kv[:, :, :, :, :, 0] if cand.kv.shape[5] == 1 else torch.einsum('cshnkrpd,nr->cshnkpd', cand.kv, txt.weights)
+        return match_score(itm_logits_cached(self.backbone, txt.tokens, txt.mask, CrossKV(kv, cand.mask)), score)
 
     def ranking_scores(self, sim: Tensor, txt_feat: Tensor) -> Tensor:
         "S_final = Σ_r w_r cos_r from the evaluator's Q×G similarity t·v = S_final / (√R‖w‖); D#9: the cosine itself."
