@@ -20,7 +20,8 @@ from ..objectives import (itc_similarity, info_nce, sample_itm_negatives, build_
 
 # %% auto #0
 __all__ = ['ITM_SCORES', 'Regulariser', 'MethodConfig', 'ImageEmbedding', 'TextEmbedding', 'CrossText', 'TokenIds', 'pad_to',
-           'Encoded', 'Report', 'Method', 'match_score', 'MethodSpec', 'RegulariserSpec', 'MethodTable']
+           'Encoded', 'Report', 'Method', 'Loss', 'ITCLoss', 'ITMLoss', 'MLMLoss', 'EDALoss', 'PlugInLoss',
+           'match_score', 'MethodSpec', 'RegulariserSpec', 'MethodTable']
 
 # %% ../../nbs/20_base.ipynb #c0a9ef14
 class Regulariser(NamedTuple):
@@ -168,6 +169,7 @@ class Method(nn.Module):
         super().__init__()
         self.cfg, self.tokens = (cfg or MethodConfig()).check(), tokens
         self.regularisers = {name: self._plug_in(name, rc, loss) for name, (rc, loss) in (regularisers or {}).items()}
+        self.losses = [*self.default_losses(), *(PlugInLoss(n, r) for n, r in self.regularisers.items())]   # what forward computes, in order
         if self.cfg.embed_dim: backbone_cfg = dataclasses.replace(backbone_cfg, embed_dim=self.cfg.embed_dim)
         self.backbone = Backbone(backbone_cfg, tokens.vocab_size, self.cfg.global_pool or None)
         self.pose_branch = PoseBranch(self.backbone.vision_width, self.cfg.pose_heads or backbone_cfg.pose_heads,
@@ -232,30 +234,17 @@ class Method(nn.Module):
         img, txt, mask = self.encode_tokens(batch)                                    # B×P×D_I, B×L×D_T, B×L
         return Encoded(img, txt, mask, self.image_feature(img), self.text_feature(txt, mask))   # v, t: B×E
 
-    # -- training ----------------------------------------------------------------------------------
-    def forward(self, batch: dict) -> dict:
-        "Named losses of one batch and their weighted sum 'loss'."
-        enc = self.encode(batch)
-        idx, temp, w = batch['idx'], self.backbone.temperature(), self.weights
-        terms = {'itc': lambda: info_nce(self.contrastive_scores(enc), temp, self.gather(idx), self.cfg.label_smoothing),
-                 'itm': lambda: self.itm_loss(batch, enc, temp),
-                 'mlm': lambda: self.mlm_loss(batch['text_ids'], enc.mask, enc.img)}
-        losses = {k: f() for k, f in terms.items() if w[k] or not self.skip_unweighted}
-        if 'text_eda_ids' in batch: losses.update(self.eda_losses(batch, enc, temp))  # the official CMP code's EDA terms
-        losses.update(self.extra_losses(batch, enc))                                  # the method's own terms
-        losses.update({k: r.loss(self, batch, enc, r.cfg) for k, r in self.regularisers.items() if r.weight})   # plug-ins
-        return {**self.weighted(losses), **self.training_stats(enc)}
+    # -- training: the losses (`default_losses`, below) on the batch's encoding --------------------
+    def default_losses(self) -> list[Loss]:
+        "The method's own terms, in the order they are computed: X-VLM's ITC, ITM (with CMP's IHNM), MLM, and the official CMP code's EDA terms."
+        return [ITCLoss(), ITMLoss(), MLMLoss(), EDALoss()]
 
-    def eda_losses(self, batch: dict, enc: Encoded, temp: Tensor) -> dict:
-        "ITC and ITM (in-batch negatives) of the images with the EDA copies of their captions (03a_eda): {'itc_eda', 'itm_eda'}, 0.8 each by default."
-        ids, mask = batch['text_eda_ids'], batch['text_eda_mask']
-        view = {**batch, 'text_ids': ids, 'text_mask': mask}
-        if type(self).encode is Method.encode:                                         # the image side is shared, as in the official code
-            txt = self.backbone.encode_text(ids, mask)
-            eda = dataclasses.replace(enc, txt=txt, mask=mask, txt_feat=self.text_feature(txt, mask))
-        else: eda = self.encode(view)                                                  # a method with its own encode: the whole view
-        return {'itc_eda': info_nce(self.contrastive_scores(eda), temp, self.gather(batch['idx']), self.cfg.label_smoothing),
-                'itm_eda': self.itm_loss(view, eda, temp, ihnm=False)}                     # in-batch negatives (IHNM is in the main ITM)
+    def forward(self, batch: dict) -> dict:
+        "Named losses of one batch, each of `losses` that this batch computes, and their weighted sum 'loss'."
+        enc, temp, losses = self.encode(batch), self.backbone.temperature(), {}
+        for loss in self.losses:
+            if loss.active(self, batch): losses.update(loss(self, batch, enc, temp))
+        return {**self.weighted(losses), **self.training_stats(enc)}
 
     def contrastive_scores(self, enc: Encoded) -> Tensor:
         "Scores s(I_i, T_j) of the ITC (rows images, columns texts) over the contrastive batch: cosines of the global features."
@@ -271,10 +260,6 @@ class Method(nn.Module):
         for d in dims: x = process_rows(x, d)
         return x
 
-    def extra_losses(self, batch: dict, enc: Encoded) -> dict:
-        "The method's own named terms beyond ITC, ITM and MLM (none here)."
-        return {}
-
     def training_stats(self, enc: Encoded) -> dict:
         "Detached scalars added to forward's output for the training log (none here)."
         return {}
@@ -288,65 +273,18 @@ class Method(nn.Module):
         out['loss'] = sum(w[k] * v for k, v in losses.items() if w[k])
         return out
 
-    # -- ITM ---------------------------------------------------------------------------------------
+    # -- what ITM reads: the scores that draw its negatives, and the cross encoder ----------------
     def itm_negatives(self, enc: Encoded, idx: Tensor, temp: Tensor) -> tuple[Tensor, Tensor]:
         "One in-batch negative image per text and text per image, drawn ∝ softmax(cos(v, t)/τ') (τ' = itm_neg_temp, or τ)."
         return sample_itm_negatives(itc_similarity(enc.img_feat, enc.txt_feat), idx, self.cfg.itm_neg_temp or temp)
-
-    def itm_loss(self, batch: dict, enc: Encoded, temp: Tensor, ihnm: bool | None = None) -> Tensor:
-        "ITM over positives, in-batch hard negatives and (with IHNM; `ihnm` None = the config's) the identity counterparts, for the first itm_frac of the batch."
-        idx, ihnm = batch['idx'], self.cfg.ihnm if ihnm is None else ihnm
-        some = self.cfg.contrast_pairs and not ihnm                  # counterparts for the records that have one in the batch
-        pairs = build_itm_pairs(*self.itm_negatives(enc, self.itm_draw_ids(batch, ihnm or some), temp),
-                                ihnm=ihnm or some).first(self._share(self.cfg.itm_frac, len(idx)))
-        img, txt = self.itm_inputs(enc)
-        hard_img = hard_txt = None
-        if ihnm: txt, hard_img, hard_txt = self.counterparts(batch, img, txt)
-        if some:
-            p = batch['partner']
-            pairs = pairs.anchored(p >= 0)
-            q = p.clamp(min=0)
-            hard_img, hard_txt = img[q], txt.rows(q)
-        logits = self.itm_logits(txt.of_pairs(pairs, hard_txt), pairs.images(img, hard_img))   # N×2
-        return itm_loss(logits, pairs.labels, pairs.group if self.cfg.itm_weighting == 'official' else None)
-
-    def itm_draw_ids(self, batch: dict, explicit: bool) -> Tensor:
-        "Ids the in-batch ITM draw never pairs with each other: the batch's, each partner merged into its anchor when `explicit` pairs already hold it."
-        idx, p = batch['idx'], batch.get('partner')
-        if not explicit or self.cfg.itm_draw_partner or p is None: return idx
-        merged = torch.where(p >= 0, torch.minimum(idx, idx[p.clamp(min=0)]), idx)
-        return idx if bool((merged == merged[0]).all()) else merged    # one person in the batch: the partner is the only other
 
     def itm_inputs(self, enc: Encoded) -> tuple[Tensor, CrossText]:
         "(image side, text side) of the batch as the cross encoder reads them (`itm_image_tokens`, `itm_text`)."
         return self.itm_image_tokens(enc.img), self.itm_text(enc.txt, enc.mask)
 
-    def counterparts(self, batch: dict, img: Tensor, txt: CrossText) -> tuple[CrossText, Tensor, CrossText]:
-        "(T, Ĩ, T̃) as the cross encoder reads them: the loaded `hard_image` / `hard_text_ids`, else the partners of a paired batch."
-        if 'hard_image' not in batch:
-            p = batch.get('partner')
-            if p is None or not bool((p >= 0).all()):
-                raise ValueError("ihnm=True needs the counterparts: 'hard_image' / 'hard_text_ids', or a paired batch ('partner' >= 0)")
-            return txt, img[p], txt.rows(p)                                                     # both records of each person in the batch
-        hard_img = self.itm_image_tokens(self.image_tokens(batch['hard_image'], batch.get('hard_pose')))   # B×P×D_I
-        L = max(txt.mask.shape[1], batch['hard_text_mask'].shape[1])
-        hard_mask = pad_to(batch['hard_text_mask'], L)
-        hard_txt = self.itm_text(self.backbone.encode_text(pad_to(batch['hard_text_ids'], L, self.tokens.pad), hard_mask), hard_mask)
-        return txt.padded(L), hard_img, hard_txt
-
     def itm_logits(self, txt: CrossText, img_tokens: Tensor, img_mask: Tensor | None = None) -> Tensor:
         "N (text, image) pairs, as `itm_text` / `itm_image_tokens` give them -> N×2 ITM logits of the cross encoder."
         return self.backbone.itm_logits(self.backbone.fuse(txt.tokens, txt.mask, img_tokens, img_mask))
-
-    @staticmethod
-    def _share(frac: float, B: int) -> int: return max(1, round(frac * B))
-
-    def mlm_loss(self, ids: Tensor, mask: Tensor, img: Tensor) -> Tensor:
-        "Masked language modelling of the first mlm_frac of the captions, conditioned on their image tokens."
-        n = self._share(self.cfg.mlm_frac, len(ids))
-        ids, mask, img, t = ids[:n], mask[:n], img[:n], self.tokens
-        masked, labels = mask_tokens(ids, mask, t.mask, t.vocab_size, t.special, self.cfg.mlm_prob)
-        return mlm_loss(self.backbone.mlm_logits(masked, mask, img), labels)
 
     # -- diagnostics (31_diagnostics) --------------------------------------------------------------
     def score_map(self, enc: Encoded) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
@@ -400,6 +338,108 @@ class Method(nn.Module):
                       ) -> Tensor:         # Q×G the scores the method ranks by
         "The scores the method ranks by, from the evaluator's similarity (here the same)."
         return sim
+
+# %% ../../nbs/20_base.ipynb #1ac13fb2
+def _share(frac: float, B: int) -> int: return max(1, round(frac * B))   # the first items of a batch that a term reads
+
+class Loss:
+    "A term of a method's total (or terms that share their work), computed inside the method's forward from the batch and its encoding."
+    names: tuple[str, ...] = ()      # the terms it returns, each with its weight in `Method.weights`
+
+    def active(self, method: Method, batch: dict) -> bool:
+        "Whether this batch computes the terms: one of them has a weight, or the method computes unweighted terms too (`skip_unweighted`)."
+        w = method.weights
+        return not method.skip_unweighted or any(w.get(n, True) for n in self.names)   # a term without a weight is computed, and `weighted` refuses it
+
+    def __call__(self, method: Method, batch: dict, enc: Encoded, temp: Tensor) -> dict[str, Tensor]:
+        "name -> scalar loss."
+        raise NotImplementedError
+
+    def __repr__(self): return f"{type(self).__name__}{self.names}"
+
+class ITCLoss(Loss):
+    "L_itc: the symmetric InfoNCE (`info_nce`) of the method's `contrastive_scores` with same-id positives and label smoothing."
+    names = ('itc',)
+    def __call__(self, method, batch, enc, temp):
+        return {'itc': info_nce(method.contrastive_scores(enc), temp, method.gather(batch['idx']), method.cfg.label_smoothing)}
+
+class ITMLoss(Loss):
+    "L_itm over positives, in-batch negatives (`itm_negatives`) and, with IHNM, the identity counterparts (I, T̃), (Ĩ, T)."
+    names = ('itm',)
+    def __call__(self, method, batch, enc, temp): return {'itm': self.loss(method, batch, enc, temp)}
+
+    def loss(self, method: Method, batch: dict, enc: Encoded, temp: Tensor,
+             ihnm: bool | None = None,   # the counterparts as negatives; None = the config's
+            ) -> Tensor:
+        "ITM cross-entropy of the pairs anchored on the first itm_frac of the batch, all through the cross encoder in one call."
+        cfg, idx = method.cfg, batch['idx']
+        ihnm = cfg.ihnm if ihnm is None else ihnm
+        some = cfg.contrast_pairs and not ihnm                       # counterparts for the records that have one in the batch
+        pairs = build_itm_pairs(*method.itm_negatives(enc, self.draw_ids(method, batch, ihnm or some), temp),
+                                ihnm=ihnm or some).first(_share(cfg.itm_frac, len(idx)))
+        img, txt = method.itm_inputs(enc)
+        hard_img = hard_txt = None
+        if ihnm: txt, hard_img, hard_txt = self.counterparts(method, batch, img, txt)
+        if some:
+            p = batch['partner']
+            pairs = pairs.anchored(p >= 0)
+            q = p.clamp(min=0)
+            hard_img, hard_txt = img[q], txt.rows(q)
+        logits = method.itm_logits(txt.of_pairs(pairs, hard_txt), pairs.images(img, hard_img))   # N×2
+        return itm_loss(logits, pairs.labels, pairs.group if cfg.itm_weighting == 'official' else None)
+
+    @staticmethod
+    def draw_ids(method: Method, batch: dict, explicit: bool) -> Tensor:
+        "Ids the in-batch ITM draw never pairs with each other: the batch's, each partner merged into its anchor when `explicit` pairs already hold it."
+        idx, p = batch['idx'], batch.get('partner')
+        if not explicit or method.cfg.itm_draw_partner or p is None: return idx
+        merged = torch.where(p >= 0, torch.minimum(idx, idx[p.clamp(min=0)]), idx)
+        return idx if bool((merged == merged[0]).all()) else merged    # one person in the batch: the partner is the only other
+
+    @staticmethod
+    def counterparts(method: Method, batch: dict, img: Tensor, txt: CrossText) -> tuple[CrossText, Tensor, CrossText]:
+        "(T, Ĩ, T̃) as the cross encoder reads them: the loaded `hard_image` / `hard_text_ids`, else the partners of a paired batch."
+        if 'hard_image' not in batch:
+            p = batch.get('partner')
+            if p is None or not bool((p >= 0).all()):
+                raise ValueError("ihnm=True needs the counterparts: 'hard_image' / 'hard_text_ids', or a paired batch ('partner' >= 0)")
+            return txt, img[p], txt.rows(p)                                                     # both records of each person in the batch
+        hard_img = method.itm_image_tokens(method.image_tokens(batch['hard_image'], batch.get('hard_pose')))   # B×P×D_I
+        L = max(txt.mask.shape[1], batch['hard_text_mask'].shape[1])
+        hard_mask = pad_to(batch['hard_text_mask'], L)
+        hard_txt = method.itm_text(method.backbone.encode_text(pad_to(batch['hard_text_ids'], L, method.tokens.pad), hard_mask), hard_mask)
+        return txt.padded(L), hard_img, hard_txt
+
+class MLMLoss(Loss):
+    "L_mlm: masked language modelling of the first mlm_frac of the captions, conditioned on their image tokens."
+    names = ('mlm',)
+    def __call__(self, method, batch, enc, temp):
+        cfg, t = method.cfg, method.tokens
+        n = _share(cfg.mlm_frac, len(batch['text_ids']))
+        ids, mask, img = batch['text_ids'][:n], enc.mask[:n], enc.img[:n]
+        masked, labels = mask_tokens(ids, mask, t.mask, t.vocab_size, t.special, cfg.mlm_prob)
+        return {'mlm': mlm_loss(method.backbone.mlm_logits(masked, mask, img), labels)}
+
+class EDALoss(Loss):
+    "The official CMP code's EDA terms: ITC and ITM (in-batch negatives) of the images with the EDA copies of their captions (03a_eda)."
+    names = ('itc_eda', 'itm_eda')
+    def active(self, method, batch): return 'text_eda_ids' in batch      # batches of a run with data.eda_p > 0
+
+    def __call__(self, method, batch, enc, temp):
+        ids, mask = batch['text_eda_ids'], batch['text_eda_mask']
+        view = {**batch, 'text_ids': ids, 'text_mask': mask}
+        if type(method).encode is Method.encode:                       # the image side is shared, as in the official code
+            txt = method.backbone.encode_text(ids, mask)
+            eda = dataclasses.replace(enc, txt=txt, mask=mask, txt_feat=method.text_feature(txt, mask))
+        else: eda = method.encode(view)                                # a method with its own encode: the whole view
+        return {'itc_eda': ITCLoss()(method, batch, eda, temp)['itc'],
+                'itm_eda': ITMLoss().loss(method, view, eda, temp, ihnm=False)}   # in-batch negatives (IHNM is in the main ITM)
+
+class PlugInLoss(Loss):
+    "A plug-in regulariser's λ-weighted term (`Regulariser`), computed when λ ≠ 0."
+    def __init__(self, name: str, reg: Regulariser): self.names, self.reg = (name,), reg
+    def active(self, method, batch): return bool(self.reg.weight)
+    def __call__(self, method, batch, enc, temp): return {self.names[0]: self.reg.loss(method, batch, enc, self.reg.cfg)}
 
 # %% ../../nbs/20_base.ipynb #56ec47d1
 ITM_SCORES = ('logit', 'probability')   # valid re-ranking scores of 'match' (`match_score`)

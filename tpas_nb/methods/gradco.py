@@ -14,14 +14,14 @@ from torch import nn, Tensor
 
 from ..config import BackboneConfig
 from ..models.encoders import CrossKV, cross_kv, itm_logits_cached, init_bert_weights, masked_mean, pool_image, pool_text
-from .base import Method, MethodConfig, MethodSpec, TokenIds, Encoded, Report, CrossText, match_score
+from .base import Method, MethodConfig, MethodSpec, TokenIds, Encoded, Report, CrossText, Loss, match_score
 from .col import OffloadAnchor, offloaded_similarity, direction_diversity
 from ..objectives import sample_itm_negatives
 
 # %% auto #0
 __all__ = ['STREAMS', 'POOLS', 'GRADCO_METHODS', 'GRADCO_ARMS', 'GradCOConfig', 'SubExpert', 'StreamOutput', 'pool_tokens',
            'BackboneHead', 'ExpertStream', 'BehaviourMoE', 'HIAScores', 'aggregate_tokens', 'hia_text_feature',
-           'hia_image_feature', 'hia_weights_from_feature', 'hia_image_tokens', 'GradCOEncoded', 'GradCO']
+           'hia_image_feature', 'hia_weights_from_feature', 'hia_image_tokens', 'GradCOEncoded', 'GradCO', 'DirLoss']
 
 # %% ../../nbs/24_gradco.ipynb #503970c5
 STREAMS = ('app', 'norm', 'anom')   # appearance, normal behaviour, anomalous behaviour
@@ -324,10 +324,9 @@ class GradCO(Method):
         if not self.cfg.hia_agg_feat: return super().itm_negatives(enc, idx, temp)
         return sample_itm_negatives(self.local(self.contrastive_scores(enc), (0, 1)), idx, self.cfg.itm_neg_temp or temp)
 
-    def extra_losses(self, batch: dict, enc: GradCOEncoded) -> dict:
-        "L_dir, averaged over the streams (with the anchors on)."
-        if enc.hia.delta is None: return {}
-        return {'dir': torch.stack([direction_diversity(d, self.cfg.sigma) for d in enc.hia.delta]).mean()}
+    def default_losses(self) -> list[Loss]:
+        "The base's losses on GradCO's scores and cross-encoder inputs, then L_dir (`DirLoss`)."
+        return [*super().default_losses(), DirLoss()]
 
     # -- the hooks of Method: what the cross encoder reads (HIA's intent-aware aggregation) -----------
     def itm_image_tokens(self, img: Tensor) -> Tensor:
@@ -408,6 +407,13 @@ class GradCO(Method):
         delta, streams = enc.hia.delta, self.cfg.streams
         l_dir = {} if delta is None else {f'l_dir_{s}': direction_diversity(delta[r], self.cfg.sigma) for r, s in enumerate(streams)}
         return Report({**self.stream_stats(enc), **l_dir}, delta)
+
+class DirLoss(Loss):
+    "L_dir, the anchors' direction diversity averaged over the streams (with the anchors on; none without)."
+    names = ('dir',)
+    def __call__(self, method: GradCO, batch: dict, enc: GradCOEncoded, temp: Tensor) -> dict:
+        if enc.hia.delta is None: return {}
+        return {'dir': torch.stack([direction_diversity(d, method.cfg.sigma) for d in enc.hia.delta]).mean()}
 
 GRADCO_METHODS = {'gradco': MethodSpec(GradCO, GradCOConfig, dict(counterpart_batches=True))}   # batches hold each person's two records (the reading above); the table: 29_methods
 

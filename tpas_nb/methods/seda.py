@@ -14,12 +14,12 @@ from torch import nn, Tensor
 from ..config import BackboneConfig
 from ..models.attention import CrossAttention
 from ..data.pab import SUB_KEYS
-from .base import Method, MethodConfig, MethodSpec, TokenIds, Encoded, pad_to
+from .base import Method, MethodConfig, MethodSpec, TokenIds, Encoded, Loss, pad_to
 from ..objectives import itc_loss, itc_similarity, sample_itm_negatives, build_itm_pairs, itm_loss, ItmPairs
 
 # %% auto #0
 __all__ = ['FACTORS', 'STP_WEIGHTINGS', 'SEDA_METHODS', 'ABLATION_ROWS', 'STPOutput', 'SemanticTokenProjection', 'fdl_loss',
-           'SeDAConfig', 'SeDA']
+           'SeDAConfig', 'SeDA', 'SeDALoss']
 
 # %% ../../nbs/21_seda.ipynb #388a9f29
 FACTORS = SUB_KEYS                                          # ('appearance', 'action', 'background'), the sub-caption order
@@ -207,24 +207,29 @@ class SeDA(Method):
         by_factor = self.cfg.itm_sem_sum or self.cfg.itm_weighting == 'official'            # Σ_k mean over factor k's pairs
         return itm_loss(self.backbone.itm_logits(fused), labels, group if by_factor else None)
 
-    def extra_losses(self, batch: dict, enc: Encoded) -> dict:
-        "SeDA's own terms: L_FD ('fdl') and L_ITM-sem ('itm_sem')."
-        losses = super().extra_losses(batch, enc)
-        img, txt = enc.img, enc.txt                                                       # B×P×D_I, B×L×D_T
-        cfg = self.cfg
-        if not (cfg.fdl or cfg.itm_sem): return losses
-        sub_ids, sub_mask = self.sub_captions(batch)                                      # B×K×L_s
+    def default_losses(self) -> list[Loss]:
+        "The base's losses, then SeDA's own: L_FD and L_ITM-sem (`SeDALoss`)."
+        return [*super().default_losses(), SeDALoss()]
+
+class SeDALoss(Loss):
+    "SeDA's own terms, which share the encoded sub-captions and the factor tokens: L_FD ('fdl') and L_ITM-sem ('itm_sem')."
+    names = ('fdl', 'itm_sem')
+    def active(self, method, batch): return method.cfg.fdl or method.cfg.itm_sem      # each term by its switch (its weight may be 0)
+
+    def __call__(self, method: SeDA, batch: dict, enc: Encoded, temp: Tensor) -> dict:
+        img, txt, cfg, losses = enc.img, enc.txt, method.cfg, {}                         # B×P×D_I, B×L×D_T
+        sub_ids, sub_mask = method.sub_captions(batch)                                    # B×K×L_s
         B, K, L = sub_ids.shape
-        sub_txt = self.backbone.encode_text(sub_ids.flatten(0, 1), sub_mask.flatten(0, 1)).view(B, K, L, -1)  # B×K×L_s×D_T
-        anchors = self.anchor_factors(sub_txt, sub_mask)                                  # B×K×D_f
-        img_factors = self.stp_image(img).factors                                         # B×K×D_f
-        txt_factors = self.stp_text(txt, batch['text_mask']).factors                      # B×K×D_f
+        sub_txt = method.backbone.encode_text(sub_ids.flatten(0, 1), sub_mask.flatten(0, 1)).view(B, K, L, -1)  # B×K×L_s×D_T
+        anchors = method.anchor_factors(sub_txt, sub_mask)                                # B×K×D_f
+        img_factors = method.stp_image(img).factors                                       # B×K×D_f
+        txt_factors = method.stp_text(txt, batch['text_mask']).factors                    # B×K×D_f
         if cfg.fdl:
-            temp, eps = (cfg.fdl_tau, 0.0) if cfg.fdl_temp == 'fixed' else (self.backbone.temperature(), cfg.label_smoothing)
-            losses['fdl'] = fdl_loss(*map(self.gather, (img_factors, txt_factors, anchors, batch['idx'])), temp, eps)   # all processes' under DDP
+            t, eps = (cfg.fdl_tau, 0.0) if cfg.fdl_temp == 'fixed' else (method.backbone.temperature(), cfg.label_smoothing)
+            losses['fdl'] = fdl_loss(*map(method.gather, (img_factors, txt_factors, anchors, batch['idx'])), t, eps)   # all processes' under DDP
         if cfg.itm_sem:
-            pairs = self.itm_sem_pairs(img_factors, txt_factors, anchors, batch['idx'])
-            losses['itm_sem'] = self.itm_sem_loss(img, sub_txt, sub_mask, pairs)
+            pairs = method.itm_sem_pairs(img_factors, txt_factors, anchors, batch['idx'])
+            losses['itm_sem'] = method.itm_sem_loss(img, sub_txt, sub_mask, pairs)
         return losses
 
 SEDA_METHODS = {'seda': MethodSpec(SeDA, SeDAConfig, dict(pose=True, ihnm=True))}   # on CMP: the pose branch and IHNM stay on (the table: 29_methods)
