@@ -134,11 +134,12 @@ def _seeds_on_disk(root, grid: str) -> set[int]:
 
 def grid_status(root, grid: str, seeds=None, arms=None) -> pd.DataFrame:
     "One row per (seed, arm): state (done / partial / missing / failed), steps, train wall time, error."
-    seeds = sorted(set(seeds) if seeds is not None else {0, 1, 2} | _seeds_on_disk(root, grid))
+    planned = set(seeds) if seeds is not None else {0, 1, 2}   # every arm; a further seed on disk only where that arm has it
     rows = []
-    for seed in seeds:
+    for seed in sorted(planned | (set() if seeds is not None else _seeds_on_disk(root, grid))):
         for arm in grid_arms(grid, arms):
             f = run_dir(root, grid, arm, seed)
+            if seed not in planned and not f.exists(): continue
             state, steps, wall, err = run_state(f), 0, np.nan, ''
             if state == 'done':
                 tr = json.loads((f / 'metrics.json').read_text())['train']
