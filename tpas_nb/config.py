@@ -137,7 +137,7 @@ class RunConfig:
     method: str = 'cmp'             # registered method name (xvlm, cmp, seda, gradco)
     preset: str = 'tiny'            # backbone preset
     dropout: float = -1.0           # every dropout of the backbone (hidden, attention, drop-path) set to this; -1 = the preset's (40_training measures 0)
-    method_args: dict = field(default_factory=dict)  # method switches, validated by the builder
+    method_args: dict = field(default_factory=dict)  # method switches; typed and checked by `tpas_nb.methods.method_config` (from_flat, build_method)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     epochs: int = 1                 # passes over the training pairs; 0 = evaluate the initial weights as they are (zero-shot)

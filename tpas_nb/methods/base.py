@@ -21,7 +21,7 @@ from ..objectives import (itc_similarity, info_nce, sample_itm_negatives, build_
 # %% auto #0
 __all__ = ['ITM_SCORES', 'Regulariser', 'MethodConfig', 'ImageEmbedding', 'TextEmbedding', 'CrossText', 'TokenIds', 'pad_to',
            'Encoded', 'Report', 'Method', 'Loss', 'ITCLoss', 'ITMLoss', 'MLMLoss', 'EDALoss', 'PlugInLoss',
-           'match_score', 'MethodSpec', 'RegulariserSpec', 'MethodTable']
+           'match_score', 'MethodSpec', 'RegulariserSpec', 'MethodConfigs', 'MethodTable']
 
 # %% ../../nbs/20_base.ipynb #c0a9ef14
 class Regulariser(NamedTuple):
@@ -465,6 +465,23 @@ class RegulariserSpec(NamedTuple):
     cfg_cls: type
     loss: Callable       # (method, batch, enc: Encoded, cfg) -> scalar
 
+def _typed(cfg_cls: type, values: dict, method: str):
+    "`cfg_cls` of the switches in `values` that are its fields, each value of its default's type (an int where a float is, a list or a comma-separated string where a tuple is), checked."
+    out, defaults = {}, _defaults(cfg_cls)
+    for f in fields(cfg_cls):
+        if f.name not in values: continue
+        v, d = values[f.name], defaults[f.name]
+        want = (int, float) if type(d) is float else (tuple, list, str) if type(d) is tuple else type(d)   # a tuple's config may read 'a,b' (GradCO's streams)
+        if d is not None and (not isinstance(v, want) or isinstance(v, bool) != isinstance(d, bool)):
+            raise ValueError(f"switch {f.name!r} of method {method!r} must be {type(d).__name__} (default {d!r}), got {type(v).__name__} {v!r}")
+        out[f.name] = tuple(v) if isinstance(v, list) else v
+    return cfg_cls(**out).check()
+
+class MethodConfigs(NamedTuple):
+    "The typed configuration of a method's switches: its config dataclass and each plug-in's, defaults filled in, checked."
+    method: MethodConfig   # the method's (a subclass for SeDA, GradCO)
+    regularisers: dict     # plug-in name -> its config dataclass
+
 def _defaults(cfg_cls: type) -> dict:
     "Field -> default of a config dataclass (default factories called)."
     return {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default for f in fields(cfg_cls)}
@@ -500,11 +517,16 @@ class MethodTable:
         if unknown: raise ValueError(f"unknown switch(es) {unknown} for method {name!r}; valid switches: {list(valid)}")
         return {**valid, **switches}
 
+    def configs(self, name: str, **switches) -> MethodConfigs:
+        "The typed configuration `build(name, **switches)` builds with: an unknown switch, a value of the wrong type or out of range is a ValueError."
+        switches = {**self.spec(name).defaults, **self.checked(name, switches)}
+        return MethodConfigs(_typed(self.spec(name).cfg_cls, switches, name),
+                             {reg: _typed(r.cfg_cls, switches, name) for reg, r in self.regularisers.items()})
+
     def key(self, name: str, **switches) -> dict:
         "What decides the model `build(name, **switches)` trains: the config's `model_key()` and the plug-ins' switches; equal keys, the same run from the same seed."
+        key = self.configs(name, **switches).method.model_key()
         switches = self.checked(name, switches)
-        cfg_cls = self.spec(name).cfg_cls
-        key = cfg_cls(**{f.name: switches[f.name] for f in fields(cfg_cls)}).check().model_key()
         return {**{k: v for k, v in switches.items() if k not in key}, **key}
 
     def all_switches(self) -> dict[str, dict]:
@@ -523,12 +545,9 @@ class MethodTable:
 
     def build(self, name: str, preset: str | BackboneConfig = 'tiny', tokenizer=None, vocab_size: int | None = None, **switches) -> Method:
         "Build method `name` on a backbone preset (a name, or a `BackboneConfig` such as a run's `backbone.yaml`); `switches` override the method's config and the plug-ins'."
-        self.checked(name, switches)
+        cfg = self.configs(name, **switches)
         if tokenizer is not None: tokens = TokenIds.from_tokenizer(tokenizer)
         elif vocab_size: tokens = TokenIds(vocab_size)
         else: raise ValueError("build_method needs the tokenizer (or vocab_size for a SynthPAB-layout vocabulary)")
-        cls, cfg_cls, defaults = self.spec(name)
-        switches = {**defaults, **switches}
-        def of(c): return c(**{f.name: switches[f.name] for f in fields(c) if f.name in switches})   # the switches that are c's fields
-        regularisers = {reg: (of(r.cfg_cls), r.loss) for reg, r in self.regularisers.items()}
-        return cls(get_preset(preset) if isinstance(preset, str) else preset, tokens, of(cfg_cls), regularisers)
+        regularisers = {reg: (cfg.regularisers[reg], r.loss) for reg, r in self.regularisers.items()}
+        return self.spec(name).cls(get_preset(preset) if isinstance(preset, str) else preset, tokens, cfg.method, regularisers)
