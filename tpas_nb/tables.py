@@ -9,14 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import scipy.stats
 
 import tpas_nb
-from .grid import GRIDS, METRICS, collect, summarise, paired_delta
+from .grid import GRIDS, METRICS, collect, summarise, paired_delta, run_hits, seed_variance
 
 # %% auto #0
-__all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'ROBUSTNESS', 'paper_tables', 'table',
-           'metric_label', 'resolve_runs_root', 'beside', 'show_tables', 'paired', 'published_value', 'verdict',
-           'rerank_fails', 'verdicts', 'rerank_summary', 'plot_rerank']
+__all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'ROBUSTNESS',
+           'paper_tables', 'table', 'metric_label', 'resolve_runs_root', 'beside', 'show_tables', 'collect_rounds',
+           'paired', 'published_value', 'verdict', 'rerank_fails', 'verdicts', 'rerank_summary', 'plot_rerank',
+           'seed_spread']
 
 # %% ../nbs/95_tables.ipynb #813401c8
 CSV_PATH = Path(tpas_nb.__file__).parent / 'paper_tables.csv'   # package data (MANIFEST.in)
@@ -85,6 +87,7 @@ MEASURES: dict[tuple[str, str], str] = {   # (paper, table) -> what the grid mea
 
 # %% ../nbs/95_tables.ipynb #b6fa7aad
 MEASURED = 'measured here ({data}, mean ± std over n seeds)'
+MEASURED_ROUND = 'measured here ({data}, `{round}`, mean ± std over n seeds)'   # rows of collect_rounds
 DECIMALS = {'diag_V_L': 3, 'diag_margin': 3, 'diag_mu_delta': 3}   # as the papers print them; 2 elsewhere
 
 def metric_label(metric: str) -> str:
@@ -108,7 +111,7 @@ def resolve_runs_root(path) -> Path:
 def beside(paper: str, name: str,
            measured: pd.DataFrame | None = None,   # collect() rows (any grids); None or empty: the published table only
           ) -> pd.DataFrame:
-    "The published table and, where `measured` has runs of a row's (grid, arm), a block of measured mean ± std per data kind."
+    "The published table and, where `measured` has runs of a row's (grid, arm), a block of measured mean ± std per data kind (and round)."
     pub = table(paper, name)
     two = pub.columns.nlevels == 2
     blocks = [('published', pub)]
@@ -117,7 +120,9 @@ def beside(paper: str, name: str,
     metrics = list(dict.fromkeys(mapped.metric))
     if measured is not None and len(measured) and metrics:
         row_nos = list(dict.fromkeys(cells.row_no))
-        for data, runs in measured.groupby('data', sort=False):
+        by = ['data', 'round'] if 'round' in measured.columns else ['data']
+        for key, runs in measured.groupby(by, sort=False):
+            data, rnd = (key[0], key[1] if len(by) == 2 else None)
             s = pd.concat([summarise(runs, [m], DECIMALS.get(m, 2), keep_grid=True) for m in metrics], axis=1)
             block = pd.DataFrame('', index=range(len(pub)), columns=[metric_label(m) for m in metrics])
             for i, row_no in enumerate(row_nos):
@@ -125,7 +130,8 @@ def beside(paper: str, name: str,
                 for m in dict.fromkeys(rc.metric):
                     key = (rc.grid.iloc[0], rc.arm.iloc[0])
                     if key in s.index: block.iloc[i, metrics.index(m)] = s.loc[key, m]
-            if (block != '').any().any(): blocks.append((MEASURED.format(data=data), block))
+            label = MEASURED.format(data=data) if rnd is None else MEASURED_ROUND.format(data=data, round=rnd)
+            if (block != '').any().any(): blocks.append((label, block))
     parts = []
     for label, b in blocks:
         b = b.reset_index(drop=True)
@@ -149,6 +155,26 @@ def show_tables(paper: str, measured: pd.DataFrame | None = None):
                  for row, note in zip(c.row, c.note) if note for n in note.split(' | ')]
         notes = list(dict.fromkeys(notes))
         display(Markdown(f"*Measured here:* {MEASURES[(paper, name)]}" + (f"  \n*Notes on the copy:* {' · '.join(notes)}" if notes else '')))
+
+# %% ../nbs/95_tables.ipynb #331c810b
+def collect_rounds(roots=('runs/grid', 'runs/grid_v2'),   # records roots, newest round first
+                   grids=None,                              # grid names (default: every grid of GRIDS)
+                   seeds=(0, 1, 2),                         # the seeds every arm must have for a round to be complete
+                  ) -> pd.DataFrame:
+    "collect() rows of each grid from the first of `roots` where the grid is complete; column `round` names the root."
+    if isinstance(roots, (str, Path)): roots = (roots,)
+    if not roots: raise ValueError('collect_rounds needs at least one records root')
+    rows = {str(r): collect(resolve_runs_root(r)) for r in roots}
+    parts = []
+    for grid in (grids if grids is not None else GRIDS):
+        if grid not in GRIDS: raise ValueError(f"unknown grid {grid!r}; valid grids: {list(GRIDS)}")
+        per_root = {r: d[d.grid == grid] for r, d in rows.items()}
+        done = lambda d: all(set(seeds) <= set(d.seed[d.arm == a]) for a in GRIDS[grid])
+        complete = [r for r, d in per_root.items() if len(d) and done(d)]
+        pick = complete[0] if complete else max(per_root, key=lambda r: len(per_root[r]))
+        if len(per_root[pick]): parts.append(per_root[pick].assign(round=pick))
+    cols = [*next(iter(rows.values())).columns, 'round']
+    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
 
 # %% ../nbs/95_tables.ipynb #aeb12a15
 PAIRED_METRICS = ('test_R1', 'test_mAP', 'test_anomaly_R1', 'test_hard_pair_acc', 'test_itc_R1')
@@ -311,3 +337,31 @@ def plot_rerank(measured: pd.DataFrame,     # collect() rows of one kind of data
     axs[0, 0].legend(fontsize=8, loc='upper left')
     fig.tight_layout()
     return fig
+
+# %% ../nbs/95_tables.ipynb #0fd2db99
+def seed_spread(root='runs/grid',      # a records root with the draws of the test split (the current round)
+                claims=None,           # CLAIMS entries (default: every claim)
+                goal: float = 0.5,     # R@1 points
+                split: str = 'test4',  # 'test4': the test split and its draws; or one split of metrics.json
+               ) -> pd.DataFrame:
+    "Per arm of each claim and per claim's paired difference: the seed sd of R@1, its model and query parts, what would bring it to `goal`, and the seeds a ±1 95% interval needs."
+    rows, seen = [], set()
+    for c in (CLAIMS if claims is None else claims):
+        hits = {a: run_hits(root, c['grid'], a, split) for a in (c['arm'], c['base'])}
+        for a in (c['base'], c['arm']):
+            if (c['grid'], a) not in seen and len(hits[a]) >= 2:
+                seen.add((c['grid'], a)); rows.append((c['grid'], a, hits[a].values))
+        both = sorted(set(hits[c['arm']].index) & set(hits[c['base']].index))
+        if len(both) >= 2:
+            rows.append((c['grid'], f"{c['arm']} − {c['base']}", hits[c['arm']].loc[both].values.astype(float) - hits[c['base']].loc[both].values))
+    out = []
+    for grid, label, h in rows:
+        v = seed_variance(h)
+        per_query = (v['sd_query'] / 100) ** 2 * v['queries']                  # σ²_{s×q}: the query part is its 1/Q
+        if v['sd'] <= goal: reach = 'met'
+        elif v['sd_model'] >= goal: reach = f"not by draws: the model part alone is {v['sd_model']:.2f}"
+        else: reach = f"{int(np.ceil(per_query / ((goal / 100) ** 2 - (v['sd_model'] / 100) ** 2) / 2000))} draws of 2,000 queries"
+        n_1pt = next(n for n in range(2, 10_000) if scipy.stats.t.ppf(0.975, n - 1) * v['sd'] / np.sqrt(n) <= 1.0)
+        out.append(dict(grid=grid, arm=label, seeds=v['seeds'], queries=v['queries'], sd=v['sd'], model=v['sd_model'],
+                        query=v['sd_query'], reach=reach, seeds_for_1pt=n_1pt))
+    return pd.DataFrame(out).set_index(['grid', 'arm']).round(2) if out else pd.DataFrame()
