@@ -21,11 +21,12 @@ from .methods.gradco import GRADCO_ARMS
 
 # %% auto #0
 __all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'TEST_REPLICAS', 'GRID_PROFILE', 'GRID_FIELDS', 'RUN_STATES',
-           'DIAGNOSE_GRIDS', 'METRICS', 'DIAGNOSTICS', 'DRAW_METRICS', 'REPLICA_VARIANT', 'RECORD_FILES',
-           'replica_split', 'merge', 'grid_budget', 'arm_slug', 'arm_from_slug', 'run_dir', 'run_state', 'grid_arms',
-           'grid_config', 'same_config', 'grid_status', 'find_same_run', 'finished_runs', 'diagnose_grid', 'run_grid',
-           'flatten_metrics', 'collect', 'summarise', 'paired_delta', 'grid_hours', 'run_hits', 'seed_variance',
-           'test_replica', 'evaluate_replicas', 'replicas_grid', 'check_records', 'parse_sets', 'grid_cli']
+           'DIAGNOSE_GRIDS', 'METRICS', 'DIAGNOSTICS', 'RERANK_COLUMNS', 'DRAW_METRICS', 'REPLICA_VARIANT',
+           'RERANK_SPLITS', 'RECORD_FILES', 'replica_split', 'merge', 'grid_budget', 'arm_slug', 'arm_from_slug',
+           'run_dir', 'run_state', 'grid_arms', 'grid_config', 'same_config', 'grid_status', 'find_same_run',
+           'finished_runs', 'diagnose_grid', 'run_grid', 'flatten_metrics', 'collect', 'summarise', 'paired_delta',
+           'grid_hours', 'run_hits', 'seed_variance', 'test_replica', 'evaluate_replicas', 'replicas_grid',
+           'rerank_study', 'fused_r1', 'rerank_grid', 'check_records', 'parse_sets', 'grid_cli']
 
 # %% ../nbs/41_grid.ipynb #0ef3bcd0
 GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper prints it) -> (method, switches[, RunConfig overrides])
@@ -287,6 +288,16 @@ def _diag_columns(folder: Path) -> dict:
     d = json.loads((folder / 'diagnostics.json').read_text()) if (folder / 'diagnostics.json').exists() else {}
     return {c: d[k] * s if d.get(k) is not None else np.nan for c, (k, s) in DIAGNOSTICS.items()}
 
+RERANK_COLUMNS: dict[str, tuple] = {   # collect() column -> path in rerank.json (rerank_study): the test queries ITM re-ranking changes
+    'rerank_won': ('splits', 'test', 'changes', 'won'), 'rerank_lost': ('splits', 'test', 'changes', 'lost'),
+    'rerank_lost_other_person': ('splits', 'test', 'changes', 'lost_other_person'),
+}
+
+def _rerank_columns(folder: Path) -> dict:
+    "The RERANK_COLUMNS of a run folder (NaN without rerank.json)."
+    d = json.loads((folder / 'rerank.json').read_text()) if (folder / 'rerank.json').exists() else {}
+    return {c: _get(d, p) for c, p in RERANK_COLUMNS.items()}
+
 def _get(d: dict, path: tuple):
     for k in path:
         if not isinstance(d, dict) or k not in d: return np.nan
@@ -324,9 +335,9 @@ def collect(root='runs/grid', grids=None) -> pd.DataFrame:
         m = json.loads(mf.read_text())
         rows.append(dict(grid=grid, arm=info.get('arm') or arm_from_slug(grid, f.parent.name), seed=int(f.name[4:]),
                          method=m['method'], method_args=m.get('method_args', {}), data='SynthPAB' if m.get('synthetic') else 'PAB',
-                         **flatten_metrics(m), **_diag_columns(f), run_dir=str(f), reused_from=info.get('reused_from', '')))
+                         **flatten_metrics(m), **_diag_columns(f), **_rerank_columns(f), run_dir=str(f), reused_from=info.get('reused_from', '')))
     cols = ['grid', 'arm', 'seed', 'method', 'method_args', 'data', *METRICS, *[f'test4_{k}' for k in DRAW_METRICS], 'test_Ravg', 'test4_Ravg', 'ucc_Ravg', 'params_M', 'train_s_per_step',
-            *DIAGNOSTICS, 'run_dir', 'reused_from']
+            *DIAGNOSTICS, *RERANK_COLUMNS, 'run_dir', 'reused_from']
     return _order(pd.DataFrame(rows, columns=cols)) if rows else pd.DataFrame(columns=cols)
 
 # %% ../nbs/41_grid.ipynb #688f3e5e
@@ -442,6 +453,11 @@ def test_replica(data_root,  # a SynthPAB folder (synthpab.json)
     with FileLock(str(out) + '.lock'):                                # two grid processes may ask for the same draw
         return make_test_variant(out, REPLICA_VARIANT, pairs, seed=meta['seed'] + k, image_size=meta['image_size'])
 
+def _reused_source(f: Path) -> Path | None:
+    "The run folder that the grid run `f` reuses (grid.json's `reused_from`, under f's own records root), or None."
+    info = json.loads((f / 'grid.json').read_text()) if (f / 'grid.json').exists() else {}
+    return f.parents[2].joinpath(*Path(info['reused_from']).parts[-3:]) if info.get('reused_from') else None
+
 def evaluate_replicas(run_dir,                      # a finished grid run (metrics.json)
                       replicas: int = TEST_REPLICAS,
                       progress: bool = False,
@@ -454,9 +470,7 @@ def evaluate_replicas(run_dir,                      # a finished grid run (metri
     m = json.loads(mf.read_text())
     todo = [replica_split(k) for k in range(1, replicas + 1) if replica_split(k) not in m['splits']]
     if not todo or not m.get('synthetic'): return []
-    info = json.loads((f / 'grid.json').read_text()) if (f / 'grid.json').exists() else {}
-    if info.get('reused_from'):                                       # the numbers of the run it reuses (evaluated first where needed)
-        src = f.parents[2].joinpath(*Path(info['reused_from']).parts[-3:])
+    if src := _reused_source(f):                                      # the numbers of the run it reuses (evaluated first where needed)
         evaluate_replicas(src, replicas, progress)
         m['splits'].update({s: json.loads((src / 'metrics.json').read_text())['splits'][s] for s in todo})
     else:
@@ -479,8 +493,73 @@ def replicas_grid(grid: str, root='runs/grid', seeds=None, arms=None, replicas: 
         if added: print(f"{grid} / {arm} / seed {seed}: {', '.join(added)} in {time.time() - t0:.0f} s", flush=True)
     return pd.DataFrame(rows, columns=['arm', 'seed', 'added', 'seconds'])
 
+# %% ../nbs/41_grid.ipynb #6f4dcd83
+RERANK_SPLITS = ('val', 'test')   # rerank_study: the weight is chosen on val, read on test
+
+def rerank_study(run_dir,                    # a finished run (metrics.json)
+                 weights=None,               # fusion weights (default FUSION_WEIGHTS)
+                 progress: bool = False,
+                ) -> dict:                   # what rerank.json holds
+    "R@1 of ITM + w·ITC on val and test for each weight, and the test queries the ITM re-ranking wins and loses; written to rerank.json."
+    from tpas_nb.runs import Run, atomic_write
+    from tpas_nb.data.pab import PABFolder, PABTestDataset
+    from tpas_nb.eval.retrieval import FUSION_WEIGHTS, embed_gallery, embed_queries, rank, similarity, fusion_r1, rerank_changes
+    f = Path(run_dir)
+    if src := _reused_source(f):                                      # the study of the run it reuses
+        out = json.loads((src / 'rerank.json').read_text()) if (src / 'rerank.json').exists() else rerank_study(src, weights, progress)
+    else:
+        if run_state(f) != 'done': raise ValueError(f"{f} is not a finished run (no metrics.json)")
+        weights = tuple(FUSION_WEIGHTS if weights is None else weights)
+        run, t0 = Run(f), time.time()
+        method, c = run.load_method('best'), run.config
+        temp, splits = float(method.backbone.temperature().detach()), {}
+        for s in RERANK_SPLITS:
+            ds = PABTestDataset(PABFolder(run.data_root), s, img_size=method.backbone.img_size, pose=method.needs_pose)
+            img = embed_gallery(method, ds, c.eval_batch, progress=progress)
+            txt = embed_queries(method, ds.texts, run.tokenizer, run.max_len, c.eval_batch, 'cpu', progress, None)
+            _, top, itm = rank(method, txt, img, c.k_test, return_itm=True, itm_score=c.itm_score, progress=progress)
+            sim = similarity(txt, img)
+            r1 = fusion_r1(sim, top, itm, temp, ds.text_image_ids, ds.image_ids, weights)
+            splits[s] = dict(R1={str(w): r for w, r in r1.items()},
+                             changes=rerank_changes(sim, top, itm, ds.text_image_ids, ds.image_ids, ds.text_person_ids, ds.image_person_ids))
+        best = max(weights, key=lambda w: (splits['val']['R1'][str(w)], -w))      # this run's best val weight (the smallest of equals)
+        out = dict(k_test=c.k_test, itm_score=c.itm_score, temperature=temp, weights=[str(w) for w in weights], w_val=str(best),
+                   splits=splits, seconds=round(time.time() - t0, 1))
+    atomic_write(f / 'rerank.json', lambda p: p.write_text(json.dumps(out, indent=1)))
+    return out
+
+def fused_r1(root='runs/grid', grids=None,
+             w: float | None = None,      # the fusion weight; None: the one with the best val R@1 averaged over every run read
+            ) -> tuple[pd.DataFrame, float]: # (grid, arm, seed, test_fused_R1 for every run with rerank.json; the weight)
+    "Test R@1 of ITM + w·ITC for every run with a rerank.json, at one weight for all of them."
+    rows = []
+    for rf in Path(root).glob('*/*/seed*/rerank.json'):
+        f = rf.parent; grid = f.parent.parent.name
+        if grids is not None and grid not in grids: continue
+        info = json.loads((f / 'grid.json').read_text()) if (f / 'grid.json').exists() else {}
+        r = json.loads(rf.read_text())
+        rows.append(dict(grid=grid, arm=info.get('arm') or arm_from_slug(grid, f.parent.name), seed=int(f.name[4:]),
+                         val={float(k): v for k, v in r['splits']['val']['R1'].items()}, test={float(k): v for k, v in r['splits']['test']['R1'].items()}))
+    if not rows: return pd.DataFrame(columns=['grid', 'arm', 'seed', 'test_fused_R1']), np.nan if w is None else w
+    common = sorted(set.intersection(*(set(r['val']) for r in rows)))
+    if w is None: w = max(common, key=lambda x: (np.mean([r['val'][x] for r in rows]), -x))   # the smallest weight of equals
+    elif w not in common: raise ValueError(f"w = {w} is not a weight of every rerank.json; they share {common}")
+    df = pd.DataFrame([dict(grid=r['grid'], arm=r['arm'], seed=r['seed'], test_fused_R1=r['test'][w]) for r in rows])
+    return _order(df), w
+
+def rerank_grid(grid: str, root='runs/grid', seeds=None, arms=None, redo: bool = False) -> pd.DataFrame:
+    "rerank.json for every finished run of `grid` that lacks one (`tpas_grid GRID --rerank`)."
+    rows = []
+    for arm, seed, folder in finished_runs(grid, root, seeds, arms):
+        if (folder / 'rerank.json').exists() and not redo: continue
+        t0 = time.time(); r = rerank_study(folder)
+        t = r['splits']['test']['R1']
+        rows.append(dict(arm=arm, seed=seed, w_val=r['w_val'], test_itm_R1=t['0.0'], test_itc_R1=t['inf'], seconds=round(time.time() - t0, 1)))
+        print(f"{grid} / {arm} / seed {seed}: test R@1 ITM {t['0.0']:.2f}, ITC {t['inf']:.2f}, best fused {max(t.values()):.2f} in {time.time() - t0:.0f} s", flush=True)
+    return pd.DataFrame(rows, columns=['arm', 'seed', 'w_val', 'test_itm_R1', 'test_itc_R1', 'seconds'])
+
 # %% ../nbs/41_grid.ipynb #6da66fb1
-RECORD_FILES = ('grid.json', 'config.yaml', 'metrics.json', 'diagnostics.json', 'log.jsonl')   # what git keeps of a grid run (.gitignore); weights and optimiser state stay local
+RECORD_FILES = ('grid.json', 'config.yaml', 'metrics.json', 'diagnostics.json', 'rerank.json', 'log.jsonl')   # what git keeps of a grid run (.gitignore); weights and optimiser state stay local
 
 def check_records(root='runs/grid',                 # the grids' root
                   grids=None,                       # grid names (default: every grid under root)
@@ -534,6 +613,7 @@ def grid_cli(argv=None):
     ap.add_argument('--check', action='store_true', help="compare the finished runs with the grid's configuration now and exit (1 if any is stale)")
     ap.add_argument('--diagnose', action='store_true', help='write diagnostics.json for finished runs that lack one, and exit')
     ap.add_argument('--replicas', action='store_true', help=f'evaluate finished runs on the {TEST_REPLICAS} draws of the test split they lack, and exit')
+    ap.add_argument('--rerank', action='store_true', help='write rerank.json (ITM + w·ITC, w chosen on val) for finished runs that lack one, and exit')
     ap.add_argument('--no-reuse', action='store_true', help='train even when an identical run exists under ROOT')
     ap.add_argument('--set', action='append', default=[], metavar='KEY=VALUE', help="override the round's budget (grid_budget), e.g. epochs=4, optim.lr=1e-3")
     a = ap.parse_args(argv)
@@ -547,6 +627,7 @@ def grid_cli(argv=None):
             print(grid_status(a.root, a.grid, arms=arms).drop(columns='run_dir').to_string(index=False)); return
         if a.diagnose: diagnose_grid(a.grid, a.root, a.seeds, arms); return
         if a.replicas: replicas_grid(a.grid, a.root, a.seeds, arms); return
+        if a.rerank: rerank_grid(a.grid, a.root, a.seeds, arms); return
         if a.check:
             recs = check_records(a.root, [a.grid], overrides)
             print(recs.to_string(index=False) if len(recs) else f'no finished runs of {a.grid} under {a.root}')

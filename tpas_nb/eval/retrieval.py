@@ -17,10 +17,11 @@ from ..config import progress as show_progress
 from ..methods.base import ITM_SCORES, CrossText
 
 # %% auto #0
-__all__ = ['FUSIONS', 'ITC_TIEBREAK', 'POSITIVE_COLOUR', 'COUNTERPART_COLOUR', 'positive_mask', 'sorted_relevance',
-           'per_query_stats', 'retrieval_metrics', 'similarity', 'fuse_scores', 'uses_cached_itm', 'rank', 'rank_naive',
-           'embed_gallery', 'embed_queries', 'hard_pair_accuracy', 'pack_hits', 'unpack_hits', 'r1_hits',
-           'split_metrics', 'evaluate', 'plot_retrieval_examples']
+__all__ = ['FUSIONS', 'ITC_TIEBREAK', 'FUSION_WEIGHTS', 'POSITIVE_COLOUR', 'COUNTERPART_COLOUR', 'positive_mask',
+           'sorted_relevance', 'per_query_stats', 'retrieval_metrics', 'similarity', 'fuse_scores', 'fused_top1',
+           'fusion_r1', 'rerank_changes', 'uses_cached_itm', 'rank', 'rank_naive', 'embed_gallery', 'embed_queries',
+           'hard_pair_accuracy', 'pack_hits', 'unpack_hits', 'r1_hits', 'split_metrics', 'evaluate',
+           'plot_retrieval_examples']
 
 # %% ../../nbs/30_retrieval.ipynb #76dc9e94
 def _as_codes(query_ids, gallery_ids) -> tuple[Tensor, Tensor]:
@@ -139,6 +140,40 @@ def fuse_scores(sim:Tensor,            # Q×G ITC similarities
     if score_fusion == 'itm+itc': top = _minmax(top) + ITC_TIEBREAK * _minmax(sim).gather(1, topk_idx)
     offset = sim.max() - top.min() + 1                                                 # c
     return sim.scatter(1, topk_idx, top + offset)
+
+# %% ../../nbs/30_retrieval.ipynb #e20b9c68
+FUSION_WEIGHTS = (0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 7.0, 10.0, 20.0, math.inf)   # w of `fused_top1`: 0 = ITM alone, inf = ITC alone
+
+def fused_top1(sim: Tensor,       # Q×G ITC similarities
+               topk_idx: Tensor,  # Q×k gallery indices, in decreasing ITC order (`rank`'s return_itm)
+               itm: Tensor,       # Q×k ITM logits of those pairs
+               temp: float,       # τ: the ITC temperature
+               w: float,          # weight of the ITC logit s/τ; 0: ITM alone, inf: ITC alone
+              ) -> Tensor:        # Q gallery indices at rank 1
+    "Each query's rank-1 item when its top k are ordered by ITM logit + w·s/τ."
+    if not w >= 0: raise ValueError(f"w must be >= 0 (inf: ITC alone), got {w}")
+    if topk_idx.shape != itm.shape or topk_idx.shape[0] != sim.shape[0]:
+        raise ValueError(f"topk_idx {tuple(topk_idx.shape)} and itm {tuple(itm.shape)} must both be Q×k with Q = {sim.shape[0]}")
+    if math.isinf(w): return topk_idx[:, 0]
+    score = itm.float() + w * sim.gather(1, topk_idx).float() / temp
+    return topk_idx.gather(1, score.argmax(1, keepdim=True)).squeeze(1)
+
+def fusion_r1(sim, topk_idx, itm, temp: float,
+              query_ids, gallery_ids,          # the positive of query q: gallery items whose id equals query_ids[q]
+              weights=FUSION_WEIGHTS) -> dict:  # {w: R@1 in percent}
+    "R@1 of the fused order (`fused_top1`) for each weight."
+    q, g = _as_codes(query_ids, gallery_ids)
+    return {w: 100 * (g[fused_top1(sim, topk_idx, itm, temp, w)] == q).double().mean().item() for w in weights}
+
+def rerank_changes(sim, topk_idx, itm, query_ids, gallery_ids, query_person_ids, gallery_person_ids) -> dict:
+    "Queries whose rank-1 hit the ITM re-ranking (w = 0) changes against ITC: won, lost, lost to the same person or to another."
+    q, g = _as_codes(query_ids, gallery_ids)
+    qp, gp = _as_codes(query_person_ids, gallery_person_ids)
+    itc1, itm1 = fused_top1(sim, topk_idx, itm, 1.0, math.inf), fused_top1(sim, topk_idx, itm, 1.0, 0.0)
+    ok_itc, ok_itm = g[itc1] == q, g[itm1] == q
+    lost, same = ok_itc & ~ok_itm, gp[itm1] == qp
+    return dict(queries=len(q), won=int((~ok_itc & ok_itm).sum()), lost=int(lost.sum()),
+                lost_same_person=int((lost & same).sum()), lost_other_person=int((lost & ~same).sum()))
 
 # %% ../../nbs/30_retrieval.ipynb #0f31dd24
 @contextmanager
