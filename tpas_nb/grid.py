@@ -34,7 +34,7 @@ GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper print
             'X-VLM (baseline)': ('xvlm', {}), '+PE': ('xvlm', dict(pose=True)), '+IHNM': ('xvlm', dict(ihnm=True)),
             'CMP': ('cmp', {}),
             'CMP +EDA': ('cmp', {}, {'data': {'eda_p': 1.0}}),           # the official code's caption augmentation (03a_eda)
-            'CMP from scratch': ('cmp', {}, {'init_checkpoint': ''}),    # what the pretrained start is worth
+            'CMP from scratch': ('cmp', {}, {'init_checkpoint': '', 'wise_alpha': 1.0}),   # what the pretrained start is worth (no start to interpolate with)
             'CMP, a tenth of train': ('cmp', {}, {'data': {'train_subset': 1000}})},   # the leaderboard's 0.1M setting: a tenth of the records (33_leaderboard)
     'seda': dict(ABLATION_ROWS),
     'qcalign': {'CMP': ('cmp', {}), **{f'CMP {arm}': ('cmp', sw) for arm, sw in QCT_ARMS.items()},
@@ -325,15 +325,20 @@ def _order(df: pd.DataFrame) -> pd.DataFrame:
     key = [(g_rank.get(g, len(GRIDS)), g, a_rank(g, a), a, s) for g, a, s in zip(df.grid, df.arm, df.seed)]
     return df.iloc[sorted(range(len(df)), key=key.__getitem__)].reset_index(drop=True)
 
+def _records(root, name: str, grids=None):
+    "(folder, grid, arm label, seed, grid.json) of every run folder under `root` that holds the file `name` (of `grids`, default all)."
+    for p in Path(root).glob(f'*/*/seed*/{name}'):
+        f = p.parent; grid = f.parent.parent.name
+        if grids is not None and grid not in grids: continue
+        info = json.loads((f / 'grid.json').read_text()) if (f / 'grid.json').exists() else {}
+        yield f, grid, info.get('arm') or arm_from_slug(grid, f.parent.name), int(f.name[4:]), info
+
 def collect(root='runs/grid', grids=None) -> pd.DataFrame:
     "One row per finished run under `root` (of `grids`, default all): grid, arm, seed, method, switches, data, metrics."
     rows = []
-    for mf in Path(root).glob('*/*/seed*/metrics.json'):
-        f = mf.parent; grid = f.parent.parent.name
-        if grids is not None and grid not in grids: continue
-        info = json.loads((f / 'grid.json').read_text()) if (f / 'grid.json').exists() else {}
-        m = json.loads(mf.read_text())
-        rows.append(dict(grid=grid, arm=info.get('arm') or arm_from_slug(grid, f.parent.name), seed=int(f.name[4:]),
+    for f, grid, arm, seed, info in _records(root, 'metrics.json', grids):
+        m = json.loads((f / 'metrics.json').read_text())
+        rows.append(dict(grid=grid, arm=arm, seed=seed,
                          method=m['method'], method_args=m.get('method_args', {}), data='SynthPAB' if m.get('synthetic') else 'PAB',
                          **flatten_metrics(m), **_diag_columns(f), **_rerank_columns(f), run_dir=str(f), reused_from=info.get('reused_from', '')))
     cols = ['grid', 'arm', 'seed', 'method', 'method_args', 'data', *METRICS, *[f'test4_{k}' for k in DRAW_METRICS], 'test_Ravg', 'test4_Ravg', 'ucc_Ravg', 'params_M', 'train_s_per_step',
@@ -533,13 +538,9 @@ def fused_r1(root='runs/grid', grids=None,
             ) -> tuple[pd.DataFrame, float]: # (grid, arm, seed, test_fused_R1 for every run with rerank.json; the weight)
     "Test R@1 of ITM + w·ITC for every run with a rerank.json, at one weight for all of them."
     rows = []
-    for rf in Path(root).glob('*/*/seed*/rerank.json'):
-        f = rf.parent; grid = f.parent.parent.name
-        if grids is not None and grid not in grids: continue
-        info = json.loads((f / 'grid.json').read_text()) if (f / 'grid.json').exists() else {}
-        r = json.loads(rf.read_text())
-        rows.append(dict(grid=grid, arm=info.get('arm') or arm_from_slug(grid, f.parent.name), seed=int(f.name[4:]),
-                         val={float(k): v for k, v in r['splits']['val']['R1'].items()}, test={float(k): v for k, v in r['splits']['test']['R1'].items()}))
+    for f, grid, arm, seed, _ in _records(root, 'rerank.json', grids):
+        r = json.loads((f / 'rerank.json').read_text())
+        rows.append(dict(grid=grid, arm=arm, seed=seed, val={float(k): v for k, v in r['splits']['val']['R1'].items()}, test={float(k): v for k, v in r['splits']['test']['R1'].items()}))
     if not rows: return pd.DataFrame(columns=['grid', 'arm', 'seed', 'test_fused_R1']), np.nan if w is None else w
     common = sorted(set.intersection(*(set(r['val']) for r in rows)))
     if w is None: w = max(common, key=lambda x: (np.mean([r['val'][x] for r in rows]), -x))   # the smallest weight of equals

@@ -15,7 +15,7 @@ import tpas_nb
 from .grid import GRIDS, METRICS, collect, summarise, paired_delta, run_hits, seed_variance
 
 # %% auto #0
-__all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'ROBUSTNESS',
+__all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'ROBUSTNESS', 'FUSED',
            'paper_tables', 'table', 'metric_label', 'resolve_runs_root', 'beside', 'show_tables', 'collect_rounds',
            'paired', 'published_value', 'verdict', 'rerank_fails', 'verdicts', 'rerank_summary', 'plot_rerank',
            'seed_spread']
@@ -171,8 +171,8 @@ def collect_rounds(roots=('runs/grid', 'runs/grid_v2'),   # records roots, newes
         per_root = {r: d[d.grid == grid] for r, d in rows.items()}
         done = lambda d: all(set(seeds) <= set(d.seed[d.arm == a]) for a in GRIDS[grid])
         complete = [r for r, d in per_root.items() if len(d) and done(d)]
-        pick = complete[0] if complete else max(per_root, key=lambda r: len(per_root[r]))
-        if len(per_root[pick]): parts.append(per_root[pick].assign(round=pick))
+        pick = complete[0] if complete else next((r for r in reversed(per_root) if len(per_root[r])), None)   # else the oldest round with runs
+        if pick is not None: parts.append(per_root[pick].assign(round=pick))
     cols = [*next(iter(rows.values())).columns, 'round']
     return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
 
@@ -253,6 +253,7 @@ def rerank_fails(runs: pd.DataFrame, arm: str, test: str = 'test') -> bool:
     return bool(len(r)) and r[r1].mean() < r[itc].mean()
 
 ROBUSTNESS = {'ucc Δ': 'ucc_R1', 'held-out Δ': 'heldout_R1', 'night Δ': 'dark_R1'}   # verdicts' columns -> collect() columns (re-ranked R@1)
+FUSED = 'test_fused_R1'   # fused_r1's column (41_grid, *Re-ranking study*): test R@1 of ITM + w·ITC, when merged into the runs
 
 def _delta_cell(d: pd.DataFrame, base: str, arm: str, metric: str) -> str:
     "'+1.23 ± 0.45 (p 0.012)' of arm − base on `metric`, paired by seed; '' without paired runs that have it."
@@ -265,7 +266,7 @@ def verdicts(measured: pd.DataFrame,       # collect() rows of one kind of data
              claims=CLAIMS, n_required: int = 3, alpha: float = 0.05,
              test: str = 'test',           # the test measure: 'test', or 'test4' (the mean over the test split and its draws, 41_grid)
             ) -> pd.DataFrame:             # one row per claim
-    "Each claim's published difference beside the measured one (paired by seed), the verdict, and the same pair ranked by ITC alone (R@1); a verdict on an arm whose re-ranking is below its ITC ranking (`rerank_fails`) also gives the ITC verdict; the same pair on ucc, the held-out style and at night (`ROBUSTNESS`)."
+    "Each claim's published difference beside the measured one (paired by seed), the verdict, and the same pair ranked by ITC alone (R@1); a verdict on an arm whose re-ranking is below its ITC ranking (`rerank_fails`) also gives the ITC verdict; the same pair on ucc, the held-out style and at night (`ROBUSTNESS`); with a `test_fused_R1` column, the pair ranked by ITM + w·ITC (R@1, test split) and its verdict."
     if measured.data.nunique() > 1: raise ValueError(f"runs on {sorted(measured.data.unique())}; pass one kind of data")
     rows = []
     if test not in ('test', 'test4'): raise ValueError(f"test must be 'test' or 'test4', got {test!r}")
@@ -280,6 +281,10 @@ def verdicts(measured: pd.DataFrame,       # collect() rows of one kind of data
         failed = [a for a in (c['arm'], c['base']) if rerank_fails(d, a, test)] if itc is not None else []
         v = verdict(r.mean_delta if n else np.nan, r.p if n else np.nan, pub, n, n_required, alpha)
         v_itc = '' if itc is None else verdict(itc.mean_delta, itc.p, pub, int(itc.n), n_required, alpha)
+        fz = _delta_cell(d, c['base'], c['arm'], FUSED) if n else ''      # '' where the pair has no fused R@1
+        f = paired_delta(d, c['base'], FUSED).reindex([c['arm']]).iloc[0] if fz else None
+        fused = {} if FUSED not in measured else {
+            'fused R@1 Δ': fz, 'fused verdict': verdict(f.mean_delta, f.p, pub, int(f.n), n_required, alpha) if fz else ''}
         rows.append({'paper': c['paper'], 'claim': c['claim'], 'comparison': f"{c['arm']} − {c['base']} ({c['grid']})",
                      'metric': metric_label(metric), 'published Δ': round(pub, 2),
                      'measured Δ': f"{r.mean_delta:+.2f} ± {r.std_delta:.2f}" if n > 1 else f"{r.mean_delta:+.2f}" if n else '',
@@ -288,7 +293,7 @@ def verdicts(measured: pd.DataFrame,       # collect() rows of one kind of data
                      'sanity': f"fails: {', '.join(failed)}" if failed else ('ok' if itc is not None else ''),
                      'ITC-only Δ': '' if itc is None or pd.isna(itc.mean_delta) else f"{itc.mean_delta:+.2f}" + (f" ± {itc.std_delta:.2f}" if itc.n > 1 else ''),
                      'ITC-only p': np.nan if itc is None else itc.p, 'ITC verdict': v_itc,
-                     **{k: _delta_cell(d, c['base'], c['arm'], m) if n else '' for k, m in ROBUSTNESS.items()}})
+                     **fused, **{k: _delta_cell(d, c['base'], c['arm'], m) if n else '' for k, m in ROBUSTNESS.items()}})
     return pd.DataFrame(rows)
 
 # %% ../nbs/95_tables.ipynb #520496dc
