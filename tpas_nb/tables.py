@@ -15,10 +15,10 @@ import tpas_nb
 from .grid import GRIDS, METRICS, collect, summarise, paired_delta, run_hits, seed_variance
 
 # %% auto #0
-__all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'ROBUSTNESS', 'FUSED',
-           'paper_tables', 'table', 'metric_label', 'resolve_runs_root', 'beside', 'show_tables', 'collect_rounds',
-           'paired', 'published_value', 'verdict', 'rerank_fails', 'verdicts', 'rerank_summary', 'plot_rerank',
-           'seed_spread']
+__all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'ROBUSTNESS',
+           'ROBUSTNESS_ITC', 'FUSED', 'paper_tables', 'table', 'metric_label', 'resolve_runs_root', 'four_draws',
+           'beside', 'show_tables', 'collect_rounds', 'paired', 'published_value', 'verdict', 'rerank_fails',
+           'verdicts', 'rerank_summary', 'plot_rerank', 'seed_spread']
 
 # %% ../nbs/95_tables.ipynb #813401c8
 CSV_PATH = Path(tpas_nb.__file__).parent / 'paper_tables.csv'   # package data (MANIFEST.in)
@@ -108,10 +108,15 @@ def resolve_runs_root(path) -> Path:
         if (d / 'settings.ini').exists(): return d / p
     return p
 
+def four_draws(runs: pd.DataFrame, metric: str) -> str:
+    "`metric` read over the test split and its draws ('test_R1' -> 'test4_R1') when every run in `runs` has them, else `metric`."
+    m4 = 'test4_' + metric.removeprefix('test_')
+    return m4 if metric.startswith('test_') and m4 in runs and len(runs) and runs[m4].notna().all() else metric
+
 def beside(paper: str, name: str,
            measured: pd.DataFrame | None = None,   # collect() rows (any grids); None or empty: the published table only
           ) -> pd.DataFrame:
-    "The published table and, where `measured` has runs of a row's (grid, arm), a block of measured mean ± std per data kind (and round)."
+    "The published table and, where `measured` has runs of a row's (grid, arm), a block of measured mean ± std per data kind (and round); a block whose runs all have the four draws of the test split reads a test metric over them (`four_draws`)."
     pub = table(paper, name)
     two = pub.columns.nlevels == 2
     blocks = [('published', pub)]
@@ -123,8 +128,9 @@ def beside(paper: str, name: str,
         by = ['data', 'round'] if 'round' in measured.columns else ['data']
         for key, runs in measured.groupby(by, sort=False):
             data, rnd = (key[0], key[1] if len(by) == 2 else None)
-            s = pd.concat([summarise(runs, [m], DECIMALS.get(m, 2), keep_grid=True) for m in metrics], axis=1)
-            block = pd.DataFrame('', index=range(len(pub)), columns=[metric_label(m) for m in metrics])
+            read = [four_draws(runs, m) for m in metrics]                            # test_R1 -> test4_R1 where every run has the draws
+            s = pd.concat([summarise(runs, [r], DECIMALS.get(m, 2), keep_grid=True).set_axis([m], axis=1) for m, r in zip(metrics, read)], axis=1)
+            block = pd.DataFrame('', index=range(len(pub)), columns=[metric_label(r) for r in read])
             for i, row_no in enumerate(row_nos):
                 rc = mapped[mapped.row_no == row_no]
                 for m in dict.fromkeys(rc.metric):
@@ -253,6 +259,7 @@ def rerank_fails(runs: pd.DataFrame, arm: str, test: str = 'test') -> bool:
     return bool(len(r)) and r[r1].mean() < r[itc].mean()
 
 ROBUSTNESS = {'ucc Δ': 'ucc_R1', 'held-out Δ': 'heldout_R1', 'night Δ': 'dark_R1'}   # verdicts' columns -> collect() columns (re-ranked R@1)
+ROBUSTNESS_ITC = {'ucc ITC Δ': 'ucc_itc_R1', 'held-out ITC Δ': 'heldout_itc_R1', 'night ITC Δ': 'dark_itc_R1'}   # the same, ranked by ITC alone
 FUSED = 'test_fused_R1'   # fused_r1's column (41_grid, *Re-ranking study*): test R@1 of ITM + w·ITC, when merged into the runs
 
 def _delta_cell(d: pd.DataFrame, base: str, arm: str, metric: str) -> str:
@@ -266,7 +273,7 @@ def verdicts(measured: pd.DataFrame,       # collect() rows of one kind of data
              claims=CLAIMS, n_required: int = 3, alpha: float = 0.05,
              test: str = 'test',           # the test measure: 'test', or 'test4' (the mean over the test split and its draws, 41_grid)
             ) -> pd.DataFrame:             # one row per claim
-    "Each claim's published difference beside the measured one (paired by seed), the verdict, and the same pair ranked by ITC alone (R@1); a verdict on an arm whose re-ranking is below its ITC ranking (`rerank_fails`) also gives the ITC verdict; the same pair on ucc, the held-out style and at night (`ROBUSTNESS`); with a `test_fused_R1` column, the pair ranked by ITM + w·ITC (R@1, test split) and its verdict."
+    "Each claim's published difference beside the measured one (paired by seed), the verdict, and the same pair ranked by ITC alone (R@1); a verdict on an arm whose re-ranking is below its ITC ranking (`rerank_fails`) also gives the ITC verdict; the same pair on ucc, the held-out style and at night, re-ranked (`ROBUSTNESS`) and by ITC alone (`ROBUSTNESS_ITC`); with a `test_fused_R1` column, the pair ranked by ITM + w·ITC (R@1, test split) and its verdict."
     if measured.data.nunique() > 1: raise ValueError(f"runs on {sorted(measured.data.unique())}; pass one kind of data")
     rows = []
     if test not in ('test', 'test4'): raise ValueError(f"test must be 'test' or 'test4', got {test!r}")
@@ -293,7 +300,7 @@ def verdicts(measured: pd.DataFrame,       # collect() rows of one kind of data
                      'sanity': f"fails: {', '.join(failed)}" if failed else ('ok' if itc is not None else ''),
                      'ITC-only Δ': '' if itc is None or pd.isna(itc.mean_delta) else f"{itc.mean_delta:+.2f}" + (f" ± {itc.std_delta:.2f}" if itc.n > 1 else ''),
                      'ITC-only p': np.nan if itc is None else itc.p, 'ITC verdict': v_itc,
-                     **fused, **{k: _delta_cell(d, c['base'], c['arm'], m) if n else '' for k, m in ROBUSTNESS.items()}})
+                     **fused, **{k: _delta_cell(d, c['base'], c['arm'], m) if n else '' for k, m in (ROBUSTNESS | ROBUSTNESS_ITC).items()}})
     return pd.DataFrame(rows)
 
 # %% ../nbs/95_tables.ipynb #520496dc
