@@ -22,11 +22,11 @@ from .methods.gradco import GRADCO_ARMS
 # %% auto #0
 __all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'TEST_REPLICAS', 'GRID_PROFILE', 'GRID_FIELDS', 'RUN_STATES',
            'DIAGNOSE_GRIDS', 'METRICS', 'DIAGNOSTICS', 'RERANK_COLUMNS', 'DRAW_METRICS', 'REPLICA_VARIANT',
-           'RERANK_SPLITS', 'RECORD_FILES', 'replica_split', 'merge', 'grid_budget', 'arm_slug', 'arm_from_slug',
-           'run_dir', 'run_state', 'grid_arms', 'grid_config', 'same_config', 'grid_status', 'find_same_run',
-           'finished_runs', 'diagnose_grid', 'run_grid', 'flatten_metrics', 'collect', 'summarise', 'paired_delta',
-           'grid_hours', 'run_hits', 'seed_variance', 'test_replica', 'evaluate_replicas', 'replicas_grid',
-           'rerank_study', 'fused_r1', 'rerank_grid', 'check_records', 'parse_sets', 'grid_cli']
+           'RERANK_SPLITS', 'RERANK_OFF', 'RECORD_FILES', 'replica_split', 'merge', 'grid_budget', 'arm_slug',
+           'arm_from_slug', 'run_dir', 'run_state', 'grid_arms', 'grid_config', 'same_config', 'grid_status',
+           'find_same_run', 'finished_runs', 'diagnose_grid', 'run_grid', 'flatten_metrics', 'collect', 'summarise',
+           'paired_delta', 'grid_hours', 'run_hits', 'seed_variance', 'test_replica', 'evaluate_replicas',
+           'replicas_grid', 'rerank_study', 'fused_r1', 'rerank_grid', 'check_records', 'parse_sets', 'grid_cli']
 
 # %% ../nbs/41_grid.ipynb #0ef3bcd0
 GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper prints it) -> (method, switches[, RunConfig overrides])
@@ -499,65 +499,93 @@ def replicas_grid(grid: str, root='runs/grid', seeds=None, arms=None, replicas: 
     return pd.DataFrame(rows, columns=['arm', 'seed', 'added', 'seconds'])
 
 # %% ../nbs/41_grid.ipynb #6f4dcd83
-RERANK_SPLITS = ('val', 'test')   # rerank_study: the weight is chosen on val, read on test
+RERANK_SPLITS = ('val', 'test')   # rerank_study's default: the weight is chosen on val, read on test
+RERANK_OFF = ('ucc', 'heldout', 'weather:dark', *(replica_split(k) for k in range(1, TEST_REPLICAS + 1)))   # what `--rerank-splits` may add: off the training style, and the draws of the test split
+
+def _study_split(run, method, split: str, weights: tuple, progress: bool = False) -> dict:
+    "R@1 per fusion weight and the ITM re-ranking's changes on one split of a finished run ('test@k': draw k of the test split)."
+    from tpas_nb.data.pab import PABFolder, PABTestDataset
+    from tpas_nb.eval.retrieval import embed_gallery, embed_queries, rank, similarity, fusion_r1, rerank_changes
+    c = run.config
+    folder, name = (PABFolder(test_replica(run.data_root, int(split.split('@')[1]))), 'test') if '@' in split else (PABFolder(run.data_root), split)
+    ds = PABTestDataset(folder, name, img_size=method.backbone.img_size, pose=method.needs_pose)
+    img = embed_gallery(method, ds, c.eval_batch, progress=progress)
+    txt = embed_queries(method, ds.texts, run.tokenizer, run.max_len, c.eval_batch, 'cpu', progress, None)
+    _, top, itm = rank(method, txt, img, c.k_test, return_itm=True, itm_score=c.itm_score, progress=progress)
+    sim, temp = similarity(txt, img), float(method.backbone.temperature().detach())
+    r1 = fusion_r1(sim, top, itm, temp, ds.text_image_ids, ds.image_ids, weights)
+    return dict(R1={str(w): r for w, r in r1.items()},
+                changes=rerank_changes(sim, top, itm, ds.text_image_ids, ds.image_ids, ds.text_person_ids, ds.image_person_ids))
 
 def rerank_study(run_dir,                    # a finished run (metrics.json)
-                 weights=None,               # fusion weights (default FUSION_WEIGHTS)
+                 weights=None,               # fusion weights (default FUSION_WEIGHTS; a run with a rerank.json keeps its own)
                  progress: bool = False,
+                 splits=RERANK_SPLITS,       # val (always) and the splits to read it on: 'test', 'ucc', 'heldout', 'weather:dark', 'test@k'
                 ) -> dict:                   # what rerank.json holds
-    "R@1 of ITM + w·ITC on val and test for each weight, and the test queries the ITM re-ranking wins and loses; written to rerank.json."
+    "R@1 of ITM + w·ITC on val and `splits` for each weight, and the queries the ITM re-ranking wins and loses; written to rerank.json, to which a later call adds the splits it lacks."
     from tpas_nb.runs import Run, atomic_write
-    from tpas_nb.data.pab import PABFolder, PABTestDataset
-    from tpas_nb.eval.retrieval import FUSION_WEIGHTS, embed_gallery, embed_queries, rank, similarity, fusion_r1, rerank_changes
+    from tpas_nb.eval.retrieval import FUSION_WEIGHTS
     f = Path(run_dir)
+    splits = tuple(dict.fromkeys(('val', *splits)))
+    old = json.loads((f / 'rerank.json').read_text()) if (f / 'rerank.json').exists() else None
+    if old and weights is not None and [str(float(w)) for w in weights] != old['weights']:
+        raise ValueError(f"{f / 'rerank.json'} has the weights {old['weights']}; pass weights=None to add splits at those")
+    if old and set(splits) <= set(old['splits']): return old                  # nothing to add
     if src := _reused_source(f):                                      # the study of the run it reuses
-        out = json.loads((src / 'rerank.json').read_text()) if (src / 'rerank.json').exists() else rerank_study(src, weights, progress)
+        out = rerank_study(src, weights, progress, splits)
     else:
         if run_state(f) != 'done': raise ValueError(f"{f} is not a finished run (no metrics.json)")
-        weights = tuple(FUSION_WEIGHTS if weights is None else weights)
+        weights = tuple(float(w) for w in old['weights']) if old else tuple(float(w) for w in (FUSION_WEIGHTS if weights is None else weights))
         run, t0 = Run(f), time.time()
-        method, c = run.load_method('best'), run.config
-        temp, splits = float(method.backbone.temperature().detach()), {}
-        for s in RERANK_SPLITS:
-            ds = PABTestDataset(PABFolder(run.data_root), s, img_size=method.backbone.img_size, pose=method.needs_pose)
-            img = embed_gallery(method, ds, c.eval_batch, progress=progress)
-            txt = embed_queries(method, ds.texts, run.tokenizer, run.max_len, c.eval_batch, 'cpu', progress, None)
-            _, top, itm = rank(method, txt, img, c.k_test, return_itm=True, itm_score=c.itm_score, progress=progress)
-            sim = similarity(txt, img)
-            r1 = fusion_r1(sim, top, itm, temp, ds.text_image_ids, ds.image_ids, weights)
-            splits[s] = dict(R1={str(w): r for w, r in r1.items()},
-                             changes=rerank_changes(sim, top, itm, ds.text_image_ids, ds.image_ids, ds.text_person_ids, ds.image_person_ids))
-        best = max(weights, key=lambda w: (splits['val']['R1'][str(w)], -w))      # this run's best val weight (the smallest of equals)
-        out = dict(k_test=c.k_test, itm_score=c.itm_score, temperature=temp, weights=[str(w) for w in weights], w_val=str(best),
-                   splits=splits, seconds=round(time.time() - t0, 1))
+        method = run.load_method('best')
+        done = old['splits'] if old else {}
+        new = {s: _study_split(run, method, s, weights, progress) for s in splits if s not in done}
+        best = max(weights, key=lambda w: ((done | new)['val']['R1'][str(w)], -w))   # this run's best val weight (the smallest of equals)
+        out = dict(k_test=run.config.k_test, itm_score=run.config.itm_score, temperature=float(method.backbone.temperature().detach()),
+                   weights=[str(w) for w in weights], w_val=str(best), splits=done | new,
+                   seconds=round((old['seconds'] if old else 0.0) + time.time() - t0, 1))
     atomic_write(f / 'rerank.json', lambda p: p.write_text(json.dumps(out, indent=1)))
     return out
 
+def _fused_column(split: str) -> str:
+    "collect()'s name of a split's fused R@1: 'test' -> test_fused_R1, 'weather:dark' -> dark_fused_R1."
+    return f"{split.removeprefix('weather:')}_fused_R1"
+
 def fused_r1(root='runs/grid', grids=None,
              w: float | None = None,      # the fusion weight; None: the one with the best val R@1 averaged over every run read
-            ) -> tuple[pd.DataFrame, float]: # (grid, arm, seed, test_fused_R1 for every run with rerank.json; the weight)
-    "Test R@1 of ITM + w·ITC for every run with a rerank.json, at one weight for all of them."
+            ) -> tuple[pd.DataFrame, float]: # (grid, arm, seed, test_fused_R1 and the other splits studied; the weight)
+    "R@1 of ITM + w·ITC for every run with a rerank.json, at one weight for all of them: on test, on every other split some run was studied on (NaN where a run was not), and over the four draws (test4_fused_R1, where a run has them all)."
     rows = []
     for f, grid, arm, seed, _ in _records(root, 'rerank.json', grids):
         r = json.loads((f / 'rerank.json').read_text())
-        rows.append(dict(grid=grid, arm=arm, seed=seed, val={float(k): v for k, v in r['splits']['val']['R1'].items()}, test={float(k): v for k, v in r['splits']['test']['R1'].items()}))
+        rows.append(dict(grid=grid, arm=arm, seed=seed, R1={s: {float(k): v for k, v in d['R1'].items()} for s, d in r['splits'].items()}))
     if not rows: return pd.DataFrame(columns=['grid', 'arm', 'seed', 'test_fused_R1']), np.nan if w is None else w
-    common = sorted(set.intersection(*(set(r['val']) for r in rows)))
-    if w is None: w = max(common, key=lambda x: (np.mean([r['val'][x] for r in rows]), -x))   # the smallest weight of equals
+    common = sorted(set.intersection(*(set(r['R1']['val']) for r in rows)))
+    if w is None: w = max(common, key=lambda x: (np.mean([r['R1']['val'][x] for r in rows]), -x))   # the smallest weight of equals
     elif w not in common: raise ValueError(f"w = {w} is not a weight of every rerank.json; they share {common}")
-    df = pd.DataFrame([dict(grid=r['grid'], arm=r['arm'], seed=r['seed'], test_fused_R1=r['test'][w]) for r in rows])
+    studied = [s for s in dict.fromkeys(s for r in rows for s in r['R1']) if s != 'val']
+    draws = ['test', *(replica_split(k) for k in range(1, TEST_REPLICAS + 1))]
+    df = pd.DataFrame([dict(grid=r['grid'], arm=r['arm'], seed=r['seed'],
+                            **{_fused_column(s): r['R1'][s][w] if s in r['R1'] else np.nan for s in studied if '@' not in s},
+                            **({'test4_fused_R1': np.mean([r['R1'][s][w] for s in draws]) if set(draws) <= set(r['R1']) else np.nan}
+                               if set(draws) - {'test'} <= set(studied) else {})) for r in rows])
     return _order(df), w
 
-def rerank_grid(grid: str, root='runs/grid', seeds=None, arms=None, redo: bool = False) -> pd.DataFrame:
-    "rerank.json for every finished run of `grid` that lacks one (`tpas_grid GRID --rerank`)."
-    rows = []
+def rerank_grid(grid: str, root='runs/grid', seeds=None, arms=None, redo: bool = False,
+                splits=RERANK_SPLITS) -> pd.DataFrame:
+    "rerank.json for every finished run of `grid` that lacks one, or lacks one of `splits` (`tpas_grid GRID --rerank [--rerank-splits ...]`)."
+    rows, need = [], set(('val', *splits))
     for arm, seed, folder in finished_runs(grid, root, seeds, arms):
-        if (folder / 'rerank.json').exists() and not redo: continue
-        t0 = time.time(); r = rerank_study(folder)
-        t = r['splits']['test']['R1']
-        rows.append(dict(arm=arm, seed=seed, w_val=r['w_val'], test_itm_R1=t['0.0'], test_itc_R1=t['inf'], seconds=round(time.time() - t0, 1)))
-        print(f"{grid} / {arm} / seed {seed}: test R@1 ITM {t['0.0']:.2f}, ITC {t['inf']:.2f}, best fused {max(t.values()):.2f} in {time.time() - t0:.0f} s", flush=True)
-    return pd.DataFrame(rows, columns=['arm', 'seed', 'w_val', 'test_itm_R1', 'test_itc_R1', 'seconds'])
+        has = set(json.loads((folder / 'rerank.json').read_text())['splits']) if (folder / 'rerank.json').exists() and not redo else set()
+        if need <= has: continue
+        if redo: (folder / 'rerank.json').unlink(missing_ok=True)
+        t0 = time.time(); r = rerank_study(folder, splits=splits)
+        t = r['splits']['test']['R1'] if 'test' in r['splits'] else {'0.0': np.nan, 'inf': np.nan}
+        rows.append(dict(arm=arm, seed=seed, w_val=r['w_val'], added=', '.join(sorted(need - has)), test_itm_R1=t['0.0'], test_itc_R1=t['inf'],
+                         seconds=round(time.time() - t0, 1)))
+        print(f"{grid} / {arm} / seed {seed}: {', '.join(sorted(need - has))} studied in {time.time() - t0:.0f} s "
+              f"(test R@1 ITM {t['0.0']:.2f}, ITC {t['inf']:.2f})", flush=True)
+    return pd.DataFrame(rows, columns=['arm', 'seed', 'w_val', 'added', 'test_itm_R1', 'test_itc_R1', 'seconds'])
 
 # %% ../nbs/41_grid.ipynb #6da66fb1
 RECORD_FILES = ('grid.json', 'config.yaml', 'metrics.json', 'diagnostics.json', 'rerank.json', 'log.jsonl')   # what git keeps of a grid run (.gitignore); weights and optimiser state stay local
@@ -615,6 +643,8 @@ def grid_cli(argv=None):
     ap.add_argument('--diagnose', action='store_true', help='write diagnostics.json for finished runs that lack one, and exit')
     ap.add_argument('--replicas', action='store_true', help=f'evaluate finished runs on the {TEST_REPLICAS} draws of the test split they lack, and exit')
     ap.add_argument('--rerank', action='store_true', help='write rerank.json (ITM + w·ITC, w chosen on val) for finished runs that lack one, and exit')
+    ap.add_argument('--rerank-splits', nargs='+', default=list(RERANK_SPLITS), choices=['val', 'test', *RERANK_OFF], metavar='SPLIT',
+                    help=f"with --rerank: the splits to study besides val (default: test; also {', '.join(RERANK_OFF)}), added to an existing rerank.json")
     ap.add_argument('--no-reuse', action='store_true', help='train even when an identical run exists under ROOT')
     ap.add_argument('--set', action='append', default=[], metavar='KEY=VALUE', help="override the round's budget (grid_budget), e.g. epochs=4, optim.lr=1e-3")
     a = ap.parse_args(argv)
@@ -628,7 +658,7 @@ def grid_cli(argv=None):
             print(grid_status(a.root, a.grid, arms=arms).drop(columns='run_dir').to_string(index=False)); return
         if a.diagnose: diagnose_grid(a.grid, a.root, a.seeds, arms); return
         if a.replicas: replicas_grid(a.grid, a.root, a.seeds, arms); return
-        if a.rerank: rerank_grid(a.grid, a.root, a.seeds, arms); return
+        if a.rerank: rerank_grid(a.grid, a.root, a.seeds, arms, splits=a.rerank_splits); return
         if a.check:
             recs = check_records(a.root, [a.grid], overrides)
             print(recs.to_string(index=False) if len(recs) else f'no finished runs of {a.grid} under {a.root}')

@@ -16,9 +16,9 @@ from .grid import GRIDS, METRICS, collect, summarise, paired_delta, run_hits, se
 
 # %% auto #0
 __all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'ROBUSTNESS',
-           'ROBUSTNESS_ITC', 'FUSED', 'paper_tables', 'table', 'metric_label', 'resolve_runs_root', 'four_draws',
-           'beside', 'show_tables', 'collect_rounds', 'paired', 'published_value', 'verdict', 'rerank_fails',
-           'verdicts', 'rerank_summary', 'plot_rerank', 'seed_spread']
+           'ROBUSTNESS_ITC', 'ROBUSTNESS_FUSED', 'FUSED', 'paper_tables', 'table', 'metric_label', 'resolve_runs_root',
+           'four_draws', 'beside', 'show_tables', 'collect_rounds', 'paired', 'published_value', 'verdict',
+           'rerank_fails', 'verdicts', 'rerank_summary', 'plot_rerank', 'seed_spread']
 
 # %% ../nbs/95_tables.ipynb #813401c8
 CSV_PATH = Path(tpas_nb.__file__).parent / 'paper_tables.csv'   # package data (MANIFEST.in)
@@ -260,6 +260,7 @@ def rerank_fails(runs: pd.DataFrame, arm: str, test: str = 'test') -> bool:
 
 ROBUSTNESS = {'ucc Δ': 'ucc_R1', 'held-out Δ': 'heldout_R1', 'night Δ': 'dark_R1'}   # verdicts' columns -> collect() columns (re-ranked R@1)
 ROBUSTNESS_ITC = {'ucc ITC Δ': 'ucc_itc_R1', 'held-out ITC Δ': 'heldout_itc_R1', 'night ITC Δ': 'dark_itc_R1'}   # the same, ranked by ITC alone
+ROBUSTNESS_FUSED = {'ucc fused Δ': 'ucc_fused_R1', 'held-out fused Δ': 'heldout_fused_R1', 'night fused Δ': 'dark_fused_R1'}   # and by ITM + w·ITC, where fused_r1 has them (41_grid, `--rerank-splits`)
 FUSED = 'test_fused_R1'   # fused_r1's column (41_grid, *Re-ranking study*): test R@1 of ITM + w·ITC, when merged into the runs
 
 def _delta_cell(d: pd.DataFrame, base: str, arm: str, metric: str) -> str:
@@ -273,10 +274,11 @@ def verdicts(measured: pd.DataFrame,       # collect() rows of one kind of data
              claims=CLAIMS, n_required: int = 3, alpha: float = 0.05,
              test: str = 'test',           # the test measure: 'test', or 'test4' (the mean over the test split and its draws, 41_grid)
             ) -> pd.DataFrame:             # one row per claim
-    "Each claim's published difference beside the measured one (paired by seed), the verdict, and the same pair ranked by ITC alone (R@1); a verdict on an arm whose re-ranking is below its ITC ranking (`rerank_fails`) also gives the ITC verdict; the same pair on ucc, the held-out style and at night, re-ranked (`ROBUSTNESS`) and by ITC alone (`ROBUSTNESS_ITC`); with a `test_fused_R1` column, the pair ranked by ITM + w·ITC (R@1, test split) and its verdict."
+    "Each claim's published difference beside the measured one (paired by seed), the verdict, and the same pair ranked by ITC alone (R@1); a verdict on an arm whose re-ranking is below its ITC ranking (`rerank_fails`) also gives the ITC verdict; the same pair on ucc, the held-out style and at night, re-ranked (`ROBUSTNESS`), by ITC alone (`ROBUSTNESS_ITC`) and, where the runs have those columns, fused (`ROBUSTNESS_FUSED`); with a `test_fused_R1` column, the pair ranked by ITM + w·ITC (R@1, test split) and its verdict."
     if measured.data.nunique() > 1: raise ValueError(f"runs on {sorted(measured.data.unique())}; pass one kind of data")
     rows = []
     if test not in ('test', 'test4'): raise ValueError(f"test must be 'test' or 'test4', got {test!r}")
+    off_fused = {k: m for k, m in ROBUSTNESS_FUSED.items() if m in measured}   # the off-style splits the re-ranking study read
     for c in claims:
         pub = published_value(c['paper'], c['arm_cell']) - published_value(c['paper'], c['base_cell'])
         d = measured[measured.grid == c['grid']]
@@ -300,7 +302,7 @@ def verdicts(measured: pd.DataFrame,       # collect() rows of one kind of data
                      'sanity': f"fails: {', '.join(failed)}" if failed else ('ok' if itc is not None else ''),
                      'ITC-only Δ': '' if itc is None or pd.isna(itc.mean_delta) else f"{itc.mean_delta:+.2f}" + (f" ± {itc.std_delta:.2f}" if itc.n > 1 else ''),
                      'ITC-only p': np.nan if itc is None else itc.p, 'ITC verdict': v_itc,
-                     **fused, **{k: _delta_cell(d, c['base'], c['arm'], m) if n else '' for k, m in (ROBUSTNESS | ROBUSTNESS_ITC).items()}})
+                     **fused, **{k: _delta_cell(d, c['base'], c['arm'], m) if n else '' for k, m in (ROBUSTNESS | ROBUSTNESS_ITC | off_fused).items()}})
     return pd.DataFrame(rows)
 
 # %% ../nbs/95_tables.ipynb #520496dc
