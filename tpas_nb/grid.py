@@ -25,8 +25,9 @@ __all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'TEST_REPLICAS', 'GRID_P
            'RERANK_SPLITS', 'RERANK_OFF', 'RECORD_FILES', 'replica_split', 'merge', 'grid_budget', 'arm_slug',
            'arm_from_slug', 'run_dir', 'run_state', 'grid_arms', 'grid_config', 'same_config', 'grid_status',
            'find_same_run', 'finished_runs', 'diagnose_grid', 'run_grid', 'flatten_metrics', 'collect', 'summarise',
-           'paired_delta', 'grid_hours', 'run_hits', 'seed_variance', 'test_replica', 'evaluate_replicas',
-           'replicas_grid', 'rerank_study', 'fused_r1', 'rerank_grid', 'check_records', 'parse_sets', 'grid_cli']
+           'paired_delta', 'grid_hours', 'run_hits', 'seed_variance', 'test_replica', 'split_folder',
+           'evaluate_replicas', 'replicas_grid', 'rerank_study', 'fused_r1', 'rerank_grid', 'check_records',
+           'parse_sets', 'grid_cli']
 
 # %% ../nbs/41_grid.ipynb #0ef3bcd0
 GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper prints it) -> (method, switches[, RunConfig overrides])
@@ -463,13 +464,17 @@ def _reused_source(f: Path) -> Path | None:
     info = json.loads((f / 'grid.json').read_text()) if (f / 'grid.json').exists() else {}
     return f.parents[2].joinpath(*Path(info['reused_from']).parts[-3:]) if info.get('reused_from') else None
 
+def split_folder(data_root, split: str):
+    "(PABFolder, split name) that holds `split` of the SynthPAB at `data_root`: 'test@k' is the test split of draw k (`test_replica`), any other split is data_root's own."
+    from tpas_nb.data.pab import PABFolder
+    return (PABFolder(test_replica(data_root, int(split.split('@')[1]))), 'test') if '@' in split else (PABFolder(data_root), split)
+
 def evaluate_replicas(run_dir,                      # a finished grid run (metrics.json)
                       replicas: int = TEST_REPLICAS,
                       progress: bool = False,
                      ) -> list[str]:                # the splits added to its metrics.json
     "Evaluate a finished SynthPAB run's final weights on draws 1..replicas of the test split ('test@k' in its metrics.json); a reused run copies them from its source."
     from tpas_nb.runs import Run, atomic_write
-    from tpas_nb.data.pab import PABFolder
     from tpas_nb.eval.benchmark import evaluate_split
     f = Path(run_dir); mf = f / 'metrics.json'
     m = json.loads(mf.read_text())
@@ -482,8 +487,8 @@ def evaluate_replicas(run_dir,                      # a finished grid run (metri
         run, t0 = Run(f), time.time()
         method, c = run.load_method('best'), run.config
         for s in todo:
-            folder = PABFolder(test_replica(run.data_root, int(s.split('@')[1])))
-            m['splits'][s] = evaluate_split(method, folder, 'test', run.tokenizer, run.max_len, c.k_test, c.eval_batch,
+            folder, name = split_folder(run.data_root, s)
+            m['splits'][s] = evaluate_split(method, folder, name, run.tokenizer, run.max_len, c.k_test, c.eval_batch,
                                             progress=progress, itm_score=c.itm_score)
         m['replicas_wall_s'] = round(m.get('replicas_wall_s', 0.0) + time.time() - t0, 1)
     atomic_write(mf, lambda p: p.write_text(json.dumps(m, indent=1)))
@@ -504,10 +509,10 @@ RERANK_OFF = ('ucc', 'heldout', 'weather:dark', *(replica_split(k) for k in rang
 
 def _study_split(run, method, split: str, weights: tuple, progress: bool = False) -> dict:
     "R@1 per fusion weight and the ITM re-ranking's changes on one split of a finished run ('test@k': draw k of the test split)."
-    from tpas_nb.data.pab import PABFolder, PABTestDataset
+    from tpas_nb.data.pab import PABTestDataset
     from tpas_nb.eval.retrieval import embed_gallery, embed_queries, rank, similarity, fusion_r1, rerank_changes
     c = run.config
-    folder, name = (PABFolder(test_replica(run.data_root, int(split.split('@')[1]))), 'test') if '@' in split else (PABFolder(run.data_root), split)
+    folder, name = split_folder(run.data_root, split)
     ds = PABTestDataset(folder, name, img_size=method.backbone.img_size, pose=method.needs_pose)
     img = embed_gallery(method, ds, c.eval_batch, progress=progress)
     txt = embed_queries(method, ds.texts, run.tokenizer, run.max_len, c.eval_batch, 'cpu', progress, None)
