@@ -578,11 +578,16 @@ def fused_r1(root='runs/grid', grids=None,
 
 def rerank_grid(grid: str, root='runs/grid', seeds=None, arms=None, redo: bool = False,
                 splits=RERANK_SPLITS) -> pd.DataFrame:
-    "rerank.json for every finished run of `grid` that lacks one, or lacks one of `splits` (`tpas_grid GRID --rerank [--rerank-splits ...]`)."
+    "rerank.json for every finished run of `grid` that lacks one, or lacks one of `splits` (`tpas_grid GRID --rerank [--rerank-splits ...]`); a run whose weights are not on this machine (git keeps records, not weights) is skipped and reported."
     rows, need = [], set(('val', *splits))
     for arm, seed, folder in finished_runs(grid, root, seeds, arms):
         has = set(json.loads((folder / 'rerank.json').read_text())['splits']) if (folder / 'rerank.json').exists() and not redo else set()
         if need <= has: continue
+        src = _reused_source(folder) or folder
+        if not (src / 'best.safetensors').exists():
+            print(f"{grid} / {arm} / seed {seed}: skipped, no {src / 'best.safetensors'} (a record without its weights: train it again "
+                  f"with --no-reuse to study it)", flush=True)
+            rows.append(dict(arm=arm, seed=seed, added='skipped: no weights')); continue
         if redo: (folder / 'rerank.json').unlink(missing_ok=True)
         t0 = time.time(); r = rerank_study(folder, splits=splits)
         t = r['splits']['test']['R1'] if 'test' in r['splits'] else {'0.0': np.nan, 'inf': np.nan}
@@ -601,11 +606,8 @@ def check_records(root='runs/grid',                 # the grids' root
                  ) -> pd.DataFrame:                 # one row per finished run: grid, arm, seed, ok, problem
     "Every finished run under `root` against what its grid would run now: same configuration apart from the folder, and a reused run's source present."
     rows = []
-    for mf in sorted(Path(root).glob('*/*/seed*/metrics.json')):
-        f = mf.parent; grid = f.parent.parent.name
-        if grids is not None and grid not in grids: continue
-        info = json.loads((f / 'grid.json').read_text()) if (f / 'grid.json').exists() else {}
-        arm, seed, problems = info.get('arm') or arm_from_slug(grid, f.parent.name), int(f.name[4:]), []
+    for f, grid, arm, seed, info in sorted(_records(root, 'metrics.json', grids), key=lambda r: str(r[0])):
+        problems = []
         if arm not in GRIDS.get(grid, {}): problems.append(f'{arm!r} is not an arm of grid {grid!r}')
         elif not (f / 'config.yaml').exists(): problems.append('no config.yaml')
         else:

@@ -230,8 +230,9 @@ class Run:
 
     def load_method(self, weights: str = 'best', device='cpu', method: nn.Module | None = None) -> nn.Module:
         "The run's method (or `method`) with the `weights` file loaded, in eval mode on `device`."
+        path = self.weights(weights)                     # a missing weights file is the error to report, before the method is built
         method = method if method is not None else self.build_method()
-        load_weights(method, self.weights(weights))
+        load_weights(method, path)
         return method.to(device).eval()
 
     def embedding(self, name: str,         # file name under RUN/embeddings (`cache_file`)

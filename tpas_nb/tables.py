@@ -72,7 +72,7 @@ MEASURES: dict[tuple[str, str], str] = {   # (paper, table) -> what the grid mea
                                         "'X-VLM' and 'X-VLM +QC-Align' are the closest analogue.",
     ('QC-Align', 'Ablation (RQ2)'): "Grid 'qcalign' with CMP as the base model, split test, R@1. The paper's bases are TPR models on TPR "
                                     "datasets; +MLM and +SCAN have no arm (CMP already trains MLM).",
-    ('GradCO', 'Table 1'): "Grid 'gradco' ('CMP', 'full') and the X-VLM arm of grid 'cmp', split test.",
+    ('GradCO', 'Table 1'): "Grid 'gradco' ('CMP', 'full', and X-VLM fine-tuned under GradCO's setting, the base of its claim over X-VLM), split test.",
     ('GradCO', 'Table 2'): "Grid 'gradco', split test ('Normal' only; weather copies: 91_benchmark).",
     ('GradCO', 'Table 3'): "Grid 'gradco', split ucc.",
     ('GradCO', 'Table 4'): 'Nothing: conventional TIPR datasets are not part of the project.',
