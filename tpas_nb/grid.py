@@ -49,6 +49,8 @@ GRID_ROUNDS: dict[str, tuple[str, dict, dict]] = {   # records root's folder nam
     'grid': ('cpu', {},                         # issue 30: the version-3 start, re-ranking the top 128 as the papers do
              {'gradco': {'wise_alpha': 1.0, 'optim': {'lr_mult_new': 5.0}}}),   # GradCO's new layers: measured below, 'GradCO's setting'
     'grid_v2': ('cpu-v2', {'k_test': 32}, {}),  # the first round (2026-11-30 to 12-02): the version-2 start, re-ranking the top 32
+    'grid_seda_lr5': ('cpu', {},                # a controlled measurement of the current round: SeDA's new layers under GradCO's setting
+                      {'seda': {'wise_alpha': 1.0, 'optim': {'lr_mult_new': 5.0}}}),    # (95_tables, SeDA: what its seed spread is made of)
 }
 GRID_FINAL_SPLITS = ('test', 'ucc', 'heldout', 'weather:dark')   # every grid run is evaluated on these at its end (issue 30: robustness per row)
 TEST_REPLICAS = 3   # ... and on this many fresh draws of SynthPAB's test split ('test@1'...): R@1 over 4 × 2,000 queries ('Four draws of the test split')
