@@ -587,8 +587,8 @@ def rerank_grid(grid: str, root='runs/grid', seeds=None, arms=None, redo: bool =
         if need <= has: continue
         src = _reused_source(folder) or folder
         if not (src / 'best.safetensors').exists():
-            print(f"{grid} / {arm} / seed {seed}: skipped, no {src / 'best.safetensors'} (a record without its weights: train it again "
-                  f"with --no-reuse to study it)", flush=True)
+            print(f"{grid} / {arm} / seed {seed}: skipped, no {src / 'best.safetensors'} (a record without its weights, which stayed "
+                  f"on the machine that trained it: remove the run folder and run the grid again to retrain it)", flush=True)
             rows.append(dict(arm=arm, seed=seed, added='skipped: no weights')); continue
         if redo: (folder / 'rerank.json').unlink(missing_ok=True)
         t0 = time.time(); r = rerank_study(folder, splits=splits)
