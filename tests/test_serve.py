@@ -1,8 +1,10 @@
 """`tpas_search --serve` end to end: an X-VLM run trained for two steps on a tiny SynthPAB serves the page of the SynthPAB
 test images; a typed sentence in headless Chromium gives the ranked list the API gives, a click shows the image's caption
 and pose map; 50 queries in a row over HTTP; bad input (an empty query, an unknown route, a missing image, a missing run
-folder, a busy port, an empty folder) gets a status and a message, and the server keeps running. The browser tests are
-skipped, saying why, where /usr/bin/chromium is absent (Debian: apt-get install chromium)."""
+folder, a busy port, an empty folder) gets a status and a message, and the server keeps running. Shared on 0.0.0.0 the page
+asks for its token (none or a wrong one: 403, in a browser too; the right one: the page works, and a cookie carries it
+from then on), and it indexes only folders under its root, however the path is spelt. The browser tests are skipped,
+saying why, where /usr/bin/chromium is absent (Debian: apt-get install chromium)."""
 import json, os, re, shutil, socket, statistics, subprocess, sys, time, urllib.error, urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
@@ -16,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, OMP_NUM_THREADS='1', MPLBACKEND='Agg', PYTHONWARNINGS='ignore')
 CLI = [shutil.which('tpas_search')] if shutil.which('tpas_search') else [sys.executable, '-m', 'tpas_nb.search']
 CHROMIUM = '/usr/bin/chromium' if Path('/usr/bin/chromium').exists() else shutil.which('chromium')
-FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
+FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
          '--disable-component-update', '--disable-sync']
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason='no /usr/bin/chromium: the browser tests need it (apt-get install chromium)')
 
@@ -45,18 +47,18 @@ def start(*args, timeout=180):
 
 @pytest.fixture(scope='module')
 def page(toy):
-    "(url, printed lines, process) of the page serving the 8 SynthPAB test images (ITM re-ranking of the top 4)."
+    "(url, printed lines, process) of the page serving the 8 SynthPAB test images (ITM re-ranking of the top 4); it may index in tmp."
     sp, run = toy
-    p, url, lines = start('--run', run, '--gallery', sp / 'test', '--k-test', 4)
+    p, url, lines = start('--run', run, '--gallery', sp / 'test', '--k-test', 4, '--allow-root', sp.parent)
     yield url, lines, p
     assert p.poll() is None, 'the server died during the tests:\n' + p.stdout.read()
     p.terminate(); p.wait(30)
 
 
-def ask(url, post=None):
+def ask(url, post=None, headers={}):
     "(HTTP status, JSON or bytes) of a GET, or of a JSON POST."
     data = json.dumps(post).encode() if post is not None else None
-    req = urllib.request.Request(url, data, {'Content-Type': 'application/json'} if data else {})
+    req = urllib.request.Request(url, data, {**({'Content-Type': 'application/json'} if data else {}), **headers})
     try: r = urllib.request.urlopen(req, timeout=120)
     except urllib.error.HTTPError as e: r = e
     body = r.read()
@@ -182,10 +184,11 @@ class Browser:
             time.sleep(0.05)
         raise AssertionError(f"timed out waiting for {expression}; page text: {self.js('document.body.innerText')[:2000]}")
 
-    def goto(self, url: str):
+    def goto(self, url: str, until: str = "!!document.getElementById('q')"):
+        "Open `url` and wait until the new document is loaded and `until` holds (default: the search box is there)."
         self.js('window.__left = 1')
         self.call('Page.navigate', url=url)
-        self.wait("!window.__left && document.readyState === 'complete' && !!document.getElementById('q')")
+        self.wait(f"!window.__left && document.readyState === 'complete' && ({until})")
 
     def type(self, text: str): self.call('Input.insertText', text=text)
 
@@ -266,3 +269,79 @@ def test_browser_query_in_the_address(page, tmp_path):
     p = _Results(); p.feed(r.stdout)
     assert p.items == api_results(url, **q) and len(p.items) == 3 and {s for *_, s in p.items} == {'itc'}, (p.items, r.stdout[-3000:])
     assert 'data-state="done"' in r.stdout
+
+
+@pytest.fixture(scope='module')
+def shared(toy):
+    "(url with the token, the url without it, printed lines, process) of the page shared on 0.0.0.0 (root: the SynthPAB root)."
+    sp, run = toy
+    p, url, lines = start('--run', run, '--gallery', sp / 'test', '--k-test', 4, '--host', '0.0.0.0')
+    yield url, url.split('?')[0], lines, p
+    assert p.poll() is None, 'the shared server died during the tests:\n' + p.stdout.read()
+    p.terminate(); p.wait(30)
+
+
+def test_shared_page_needs_its_token(shared, toy, tmp_path):
+    "Off loopback: a token is made and printed; every route refuses (403) a request without it or with a wrong one; the header "
+    "works; 'Index another folder' refuses a folder outside the root, however spelt (directly, through .., through a link)."
+    url, base, lines, proc = shared
+    sp, _ = toy
+    token = re.fullmatch(r'http://127\.0\.0\.1:\d+/\?token=([\w-]{43})', url)[1]
+    assert any('beyond this machine: every request needs the token' in l and f'/?token={token}' in l for l in lines), lines
+    assert f'the page indexes only folders under {sp.resolve()}' in '\n'.join(lines)
+    for path in ('', 'api/info', 'api/search?q=a+man', 'image/0.jpg', 'pose/0.jpg', 'api/item?path=0.jpg', 'no/such/page'):
+        sep = '&' if '?' in path else '?'
+        for suffix, says in (('', 'no token'), (f'{sep}token=not-{token}', 'wrong token')):
+            st, r = ask(base + path + suffix)
+            assert st == 403 and r['detail'].startswith(says), (path, suffix, st, r)
+    auth = {'Authorization': f'token {token}'}
+    st, r = ask(base + 'api/search?q=a+man&topk=3', headers=auth)
+    assert st == 200 and len(r['results']) == 3, r
+    outside = tmp_path / 'outside'; shutil.copytree(sp / 'test', outside)
+    (sp / 'escape').symlink_to(outside, target_is_directory=True)
+    try:
+        for folder, via in ((outside, ''), (sp / '..' / '..' / tmp_path.name / 'outside', f' (that is {outside.resolve()})'),
+                            (sp / 'escape', f' (that is {outside.resolve()})')):
+            st, r = ask(base + 'api/index', dict(folder=str(folder)), headers=auth)
+            assert st == 403 and r['detail'].startswith(f"{folder}{via} is outside {sp.resolve()}, the folder this page may index in"), (folder, r)
+    finally: (sp / 'escape').unlink()
+    st, r = ask(base + 'api/index', dict(folder=str(sp / 'test')), headers=auth)          # inside the root: indexed (from its cache)
+    assert st == 200 and r['n_images'] == 8, r
+    assert proc.poll() is None
+
+
+@needs_chromium
+def test_browser_token_and_root(shared, toy, tmp_path):
+    "In Chromium: the page without the token and with a wrong one is refused (403, a page saying which); with the printed "
+    "address it works (a typed query, its images loaded: the cookie carries the token to the API), and later without the "
+    "token in the address too; indexing a folder outside the root shows the refusal, naming the root, on the page."
+    pytest.importorskip('websocket', reason='websocket-client drives Chromium over the DevTools protocol (pip install websocket-client)')
+    url, base, _, proc = shared
+    sp, _ = toy
+    status = "performance.getEntriesByType('navigation')[0].responseStatus"
+    b = Browser(tmp_path / 'profile')
+    try:
+        for address, says in ((base, 'no token'), (base + '?token=wrong', 'wrong token')):
+            b.goto(address, until="!!document.getElementById('refused')")
+            assert b.js(status) == 403 and b.js("document.getElementById('refused').textContent").startswith(says), b.js('document.body.innerText')
+            assert b.js("document.getElementById('q')") is None
+        b.goto(url)
+        assert '8 images of' in b.wait("document.getElementById('info').textContent.includes('images of') && document.getElementById('info').textContent")
+        b.js("document.getElementById('q').focus()"); b.type('a woman lying on the ground'); b.press('Enter', 13)
+        assert b.wait("['done', 'error'].includes(document.getElementById('status').dataset.state) && document.getElementById('status').dataset.state") == 'done', \
+            b.js("document.getElementById('error').textContent")
+        assert len(b.js(RESULTS_JS)) == 8
+        assert b.wait("[...document.querySelectorAll('#results img')].every(i => i.complete && i.naturalWidth > 0)")   # images: the cookie
+        assert 'token=' in b.js('location.search')                                      # the address stays a working link
+        b.goto(base + '?q=a+man&topk=3')                                                 # the token only in the cookie
+        assert b.wait("document.getElementById('status').dataset.state === 'done'") and len(b.js(RESULTS_JS)) == 3
+        outside = tmp_path / 'elsewhere'; outside.mkdir()
+        assert str(sp.resolve()) in b.js("document.getElementById('folder').placeholder")
+        b.js(f"document.getElementById('folder').value = {json.dumps(str(outside))}")
+        b.click('#folderform button')
+        b.wait("document.getElementById('status').dataset.state === 'error'")
+        err = b.js("document.getElementById('error').textContent")
+        assert err.startswith(f"{outside} is outside {sp.resolve()}, the folder this page may index in"), err
+        assert len(b.js(RESULTS_JS)) == 3                                                # the folder indexed before is kept
+    finally: b.close()
+    assert proc.poll() is None

@@ -4,10 +4,12 @@
 
 # %% ../nbs/51_report.ipynb #fabfbe44
 from __future__ import annotations
-import argparse, base64, html, io, subprocess, sys, tempfile, time
+import argparse, base64, io, subprocess, sys, tempfile, time
 from pathlib import Path
 
+import jinja2
 import torch
+from markupsafe import Markup
 
 from .data.pab import PABError
 from .eval.benchmark import WEATHER_LABELS
@@ -80,89 +82,14 @@ def thumbnail_b64(path,             # an image file
         im.save(buf, 'JPEG', quality=quality)
     return base64.b64encode(buf.getvalue()).decode('ascii')
 
-_CSS = """
-:root{--hit:#1a9850;--miss:#d73027;--partner:#f28e2b;--muted:#666}
-*{box-sizing:border-box}[hidden]{display:none!important}
-body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:0;color:#222;background:#fafafa}
-header{padding:12px 20px;background:#fff;border-bottom:1px solid #ddd}
-h1{font-size:20px;margin:0 0 4px}
-.meta{color:var(--muted);margin:2px 0}
-table.metrics{border-collapse:collapse;margin:8px 0;font-size:13px}
-table.metrics th,table.metrics td{padding:2px 10px;border-bottom:1px solid #eee;text-align:right}
-table.metrics th:first-child,table.metrics td:first-child{text-align:left}
-.legend span{display:inline-block;margin-right:18px}
-.sw{display:inline-block;width:16px;height:12px;vertical-align:-1px;margin-right:5px;border:3px solid}
-.sw.hit{border-color:var(--hit)}.sw.miss{border-color:var(--miss)}.sw.partner{border:3px dashed var(--partner)}
-#filters{position:sticky;top:0;z-index:1;background:#fff;padding:8px 20px;border-bottom:1px solid #ddd;display:flex;flex-wrap:wrap;gap:14px;align-items:center}
-#filters label{font-size:13px}#filters select{font-size:13px;max-width:220px}
-#count{margin-left:auto;font-weight:600}
-main{padding:8px 20px}
-section.query{display:flex;gap:12px;background:#fff;border:1px solid #e3e3e3;border-radius:6px;margin:8px 0;padding:10px}
-section.query>.q{flex:0 0 290px}
-.qhead{font-size:13px}
-.qhead .pos{font-weight:600}
-.tag{display:inline-block;padding:0 6px;margin:2px 4px 2px 0;border-radius:9px;background:#eee;font-size:12px}
-.tag.anomaly{background:#fde0dd;color:#a50f15}.tag.normal{background:#e5f5e0;color:#006d2c}
-.caption{margin-top:6px}
-.results{display:flex;gap:12px;align-items:flex-start}
-.topk{display:flex;flex-wrap:wrap;gap:5px}
-figure{margin:0;width:84px;text-align:center;font-size:11px;color:#333}
-figure .im{width:84px;height:84px;border:4px solid;background-color:#f0f0f0;background-size:contain;background-repeat:no-repeat;background-position:center}
-figure.hit .im{border-color:var(--hit)}figure.miss .im{border-color:var(--miss)}figure.partner .im{border:4px dashed var(--partner)}
-figure .lab{display:block;font-weight:600;white-space:nowrap;font-size:10.5px;letter-spacing:-.2px}
-figure .note{display:block;color:var(--muted)}
-.qhead .nw{white-space:nowrap}
-figure.hit .lab{color:var(--hit)}figure.partner .lab{color:#b35806}figure.miss .lab{color:var(--miss)}
-.beyond{border-left:2px dotted #bbb;padding-left:8px}
-"""
-
-_JS = """
-(function(){
-  var qs = Array.prototype.slice.call(document.querySelectorAll('section.query'));
-  var keys = ['kind', 'action', 'scene', 'split'], sel = {};
-  keys.forEach(function(k){ sel[k] = document.getElementById('f-' + k); });
-  var fail = document.getElementById('f-fail'), shown = document.getElementById('shown');
-  function apply(write){
-    var n = 0;
-    qs.forEach(function(q){
-      var ok = keys.every(function(k){ return !sel[k].value || q.dataset[k] === sel[k].value; });
-      if (fail.checked && q.dataset.rank === '1') ok = false;
-      q.hidden = !ok; if (ok) n++;
-    });
-    shown.textContent = n;
-    if (!write) return;
-    var p = new URLSearchParams();
-    keys.forEach(function(k){ if (sel[k].value) p.set(k, sel[k].value); });
-    if (fail.checked) p.set('fail', '1');
-    try { history.replaceState(null, '', '#' + p.toString()); } catch (e) { location.hash = p.toString(); }
-  }
-  function read(){
-    var p = new URLSearchParams(location.hash.slice(1));
-    keys.forEach(function(k){ var v = p.get(k) || ''; sel[k].value = v; if (sel[k].value !== v) sel[k].value = ''; });
-    fail.checked = p.get('fail') === '1';
-    apply(false);
-  }
-  keys.forEach(function(k){ sel[k].addEventListener('change', function(){ apply(true); }); });
-  fail.addEventListener('change', function(){ apply(true); });
-  window.addEventListener('hashchange', read);
-  read();
-})();
-"""
-
 # %% ../nbs/51_report.ipynb #46c76f79
+_templates = jinja2.Environment(loader=jinja2.PackageLoader('tpas_nb', 'templates'), autoescape=True, trim_blocks=True, lstrip_blocks=True)
 _LABELS = dict(hit='✓ correct', partner='same person', miss='✗ wrong')
 
-def _attrs(**kw) -> str: return ' '.join(f'data-{k.replace("_", "-")}="{html.escape(str(v), quote=True)}"' for k, v in kw.items())
-
-def _options(id_: str, label: str, values: list, names: dict | None = None) -> str:
-    opts = ''.join(f'<option value="{html.escape(str(v), quote=True)}">{html.escape((names or {}).get(v, str(v)))}</option>' for v in values)
-    return f'<label>{label} <select id="f-{id_}"><option value="">all</option>{opts}</select></label>'
-
-def _figure(t: dict, rank: int, cls: str, name: str, role: str = 'thumb', note: str = '') -> str:
-    lab = _LABELS[t['kind']] if not (t['kind'] == 'miss' and t['distractor']) else '✗ distractor'
-    return (f'<figure class="{role} {t["kind"]}" {_attrs(g=t["g"], rank=rank, image=name)}>'
-            f'<div class="im {cls}" role="img" aria-label="rank {rank}: {html.escape(lab)}"></div>'
-            f'<span class="lab">#{rank} {lab}</span>' + (f'<span class="note">{note}</span>' if note else '') + f'itc {t["itc"]:.3f}</figure>')
+def _figure(t: dict, rank: int, cls: str, name: str) -> dict:
+    "What the page shows of one ranked image: its rank, kind, thumbnail class, name, label and ITC similarity."
+    label = '✗ distractor' if t['kind'] == 'miss' and t['distractor'] else _LABELS[t['kind']]
+    return dict(g=t['g'], rank=rank, kind=t['kind'], cls=cls, name=name, label=label, itc=t['itc'])
 
 def render_report(rows: list[dict],   # query_rows of every split, in display order
                   images: dict,       # (split, g) -> css class of the thumbnail
@@ -171,46 +98,21 @@ def render_report(rows: list[dict],   # query_rows of every split, in display or
                   header: dict,       # title, lines (list of str), metrics (list of dicts)
                   splits: list | None = None, # the split selector's entries, in order (None: as the rows meet them)
                  ) -> str:            # the HTML page
-    "The self-contained HTML page of the rows: header, filters, one section per query."
-    e = html.escape
+    "The self-contained HTML page of the rows (templates/report.html.j2, autoescaped): header, filters, one section per query."
     splits = splits or list(dict.fromkeys(r['split'] for r in rows))
-    kinds = [k for k in ('normal', 'anomaly') if any(r['kind'] == k for r in rows)]
-    field = lambda f: sorted({r[f] for r in rows if r[f]}, key=str.lower)
-    css = _CSS + ''.join(f'.{c}{{background-image:url(data:image/jpeg;base64,{b})}}\n' for c, b in thumbs.items())
-    out = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">'
-           f'<title>{e(header["title"])}</title><style>{css}</style></head><body>',
-           f'<header><h1>{e(header["title"])}</h1>' + ''.join(f'<p class="meta">{e(l)}</p>' for l in header['lines'])]
-    if header['metrics']:
-        cols = list(header['metrics'][0])
-        out.append('<table class="metrics"><tr>' + ''.join(f'<th>{e(c)}</th>' for c in cols) + '</tr>' +
-                   ''.join('<tr>' + ''.join(f'<td>{e(str(m[c]))}</td>' for c in cols) + '</tr>' for m in header['metrics']) + '</table>')
-    out.append('<p class="legend"><span><i class="sw hit"></i>the caption\'s image</span><span><i class="sw miss"></i>another image</span>'
-               '<span><i class="sw partner"></i>same person, other behaviour (hard-pair partner)</span>'
-               '<br><span>under each image: its rank and ITC similarity. Queries worst first: by the rank of the correct image, then by the '
-               'margin (its score minus the best other image\'s, in the scores that ranked them)</span></p></header>')
-    out.append('<nav id="filters">' + _options('kind', 'query', kinds, dict(normal='Normal', anomaly='Anomaly')) +
-               _options('action', 'action', field('action')) + _options('scene', 'scene', field('scene')) +
-               _options('split', 'split / weather', splits, {s: split_label(s) for s in splits}) +
-               '<label><input type="checkbox" id="f-fail"> failures only (correct image not at rank 1)</label>'
-               f'<span id="count">showing <span id="shown">{len(rows)}</span> of {len(rows)} queries</span></nav><main>')
+    field = lambda f: [(v, v) for v in sorted({r[f] for r in rows if r[f]}, key=str.lower)]
+    filters = [('kind', 'query', [(k, k.capitalize()) for k in ('normal', 'anomaly') if any(r['kind'] == k for r in rows)]),
+               ('action', 'action', field('action')), ('scene', 'scene', field('scene')),
+               ('split', 'split / weather', [(s, split_label(s)) for s in splits])]
+    view = []
     for r in rows:
         s = r['split']
-        cap = (f'<div class="qhead"><span class="nw">correct image at rank <b>{r["rank"]}</b></span> · <span class="nw">margin {r["margin"]:+.3f}</span>'
-               + (f' · <span class="nw">same person at rank {r["partner_rank"]}</span>' if r['partner_rank'] else '') + '<br>'
-               f'<span class="tag {r["kind"]}">{"Anomaly" if r["kind"] == "anomaly" else "Normal"}</span>'
-               f'<span class="tag">{e(r["action"])}</span><span class="tag">{e(r["scene"])}</span><span class="tag">{e(split_label(s))}</span>'
-               f'<span class="tag">query {r["q"]} · image {e(str(r["image_id"]))}</span></div><div class="caption">{e(r["caption"])}</div>')
-        figs = ''.join(_figure(t, j, images[(s, t['g'])], names[(s, t['g'])]) for j, t in enumerate(r['top'], 1))
-        beyond = ''
-        if r['rank'] > len(r['top']):
-            t = dict(g=r['truth'], itc=r['truth_itc'], kind='hit', distractor=False)
-            fig = _figure(t, r['rank'], images[(s, r['truth'])], names[(s, r['truth'])], 'truth', f"beyond top {len(r['top'])}")
-            beyond = f'<div class="beyond">{fig}</div>'
-        attrs = _attrs(kind=r['kind'], action=r['action'], scene=r['scene'], split=s, rank=r['rank'], margin=f"{r['margin']:.6g}",
-                       image_id=r['image_id'], person_id=r['person_id'], q=r['q'])
-        out.append(f'<section class="query" {attrs}><div class="q">{cap}</div><div class="results"><div class="topk">{figs}</div>{beyond}</div></section>')
-    out.append(f'</main><script>{_JS}</script></body></html>')
-    return '\n'.join(out)
+        figs = [_figure(t, j, images[(s, t['g'])], names[(s, t['g'])]) for j, t in enumerate(r['top'], 1)]
+        truth = dict(g=r['truth'], itc=r['truth_itc'], kind='hit', distractor=False)
+        beyond = _figure(truth, r['rank'], images[(s, r['truth'])], names[(s, r['truth'])]) if r['rank'] > len(figs) else None
+        view.append(dict(r, split_label=split_label(s), figures=figs, beyond=beyond))
+    css, script = (Markup(_templates.loader.get_source(_templates, f)[0]) for f in ('report.css', 'report.js'))
+    return _templates.get_template('report.html.j2').render(rows=view, thumbs=thumbs, header=header, filters=filters, css=css, script=script)
 
 # %% ../nbs/51_report.ipynb #14edb443
 def _splits(run: Run, splits) -> str | list:

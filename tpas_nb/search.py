@@ -4,12 +4,14 @@
 
 # %% ../nbs/50_search.ipynb #d240b5ea
 from __future__ import annotations
-import argparse, asyncio, errno, hashlib, os, shutil, socket, sys, textwrap, threading, time, warnings
+import argparse, asyncio, errno, hashlib, ipaddress, os, secrets, shutil, socket, sys, textwrap, threading, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import jinja2
 import numpy as np
 import torch
+from markupsafe import Markup
 from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset
@@ -19,10 +21,12 @@ from .eval.retrieval import embed_gallery, embed_queries, rank, similarity
 from .runs import Run, RunError, atomic_write, synth_cache_dir
 
 # %% auto #0
-__all__ = ['IMAGE_EXTS', 'CACHE_DIR', 'POSE_DIR', 'CACHE_VERSION', 'PAGE', 'MAX_QUERY', 'DEFAULT_PORT', 'SearchError', 'run_key',
-           'load_run', 'find_images', 'read_image', 'GalleryFolder', 'pose_folder', 'image_signatures', 'read_cache',
-           'peak_rss_mb', 'Searcher', 'plot_results', 'explorer', 'pab_records', 'IndexedFolder', 'make_app', 'bind',
-           'Served', 'serve', 'search_cli']
+__all__ = ['IMAGE_EXTS', 'CACHE_DIR', 'POSE_DIR', 'CACHE_VERSION', 'MAX_QUERY', 'DEFAULT_PORT', 'SHARING_HELP', 'SearchError',
+           'run_key', 'load_run', 'find_images', 'read_image', 'GalleryFolder', 'pose_folder', 'image_signatures',
+           'read_cache', 'peak_rss_mb', 'Searcher', 'plot_results', 'explorer', 'search_page', 'is_loopback',
+           'token_cookie', 'given_token', 'token_refusal', 'require_token', 'index_root', 'allowed_folder', 'inside',
+           'pab_records', 'IndexedFolder', 'json_errors', 'file_routes', 'make_app', 'bind', 'Served', 'serve',
+           'search_cli']
 
 # %% ../nbs/50_search.ipynb #c7bbaee7
 class SearchError(Exception):
@@ -300,219 +304,84 @@ def explorer(searcher: Searcher, query: str = '', topk: int = 5, k_test: int = 1
     return W.VBox([W.HBox([box, k]), out])
 
 # %% ../nbs/50_search.ipynb #5547554b
-#| code-fold: true
-PAGE = r"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>tpas_search</title>
-<style>
-  :root { --ink: #1f2328; --muted: #656d76; --line: #d0d7de; --accent: #0969da; --bad: #cf222e; --itm: #8250df; --itc: #1a7f37; }
-  * { box-sizing: border-box; }
-  body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--ink); background: #f6f8fa; }
-  header { background: #fff; border-bottom: 1px solid var(--line); padding: 14px 24px 12px; }
-  h1 { font-size: 18px; margin: 0 0 2px; }
-  #info { color: var(--muted); font-size: 13px; }
-  main { padding: 16px 24px 40px; }
-  form#search { display: flex; gap: 8px; flex-wrap: wrap; align-items: center; }
-  #q { flex: 1 1 420px; font-size: 16px; padding: 8px 10px; border: 1px solid var(--line); border-radius: 6px; }
-  #q:focus { outline: 2px solid var(--accent); border-color: var(--accent); }
-  button { font-size: 15px; padding: 8px 16px; border-radius: 6px; border: 1px solid #1f883d; background: #1f883d; color: #fff; cursor: pointer; }
-  label { color: var(--muted); font-size: 14px; white-space: nowrap; }
-  select, input[type=number] { font-size: 14px; padding: 4px; }
-  #error { display: none; margin: 12px 0 0; padding: 10px 12px; border: 1px solid var(--bad); border-radius: 6px; background: #ffebe9; color: var(--bad); white-space: pre-wrap; }
-  #status { margin: 12px 0 8px; color: var(--muted); font-size: 14px; min-height: 1.4em; }
-  #results { list-style: none; margin: 0; padding: 0; display: grid; grid-template-columns: repeat(auto-fill, minmax(150px, 1fr)); gap: 12px; }
-  #results li { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 8px; cursor: pointer; }
-  #results li:hover, #results li:focus { border-color: var(--accent); box-shadow: 0 0 0 2px #54aeff66; outline: none; }
-  #results img { width: 100%; aspect-ratio: 1; object-fit: contain; background: #eaeef2; border-radius: 4px; display: block; }
-  .rank { font-weight: 600; }
-  .score { font-size: 13px; font-variant-numeric: tabular-nums; display: flex; flex-wrap: wrap; column-gap: 10px; }
-  .score span { white-space: nowrap; }
-  .stage { font-size: 11px; font-weight: 600; padding: 0 5px; border-radius: 8px; color: #fff; margin-left: 4px; }
-  .stage.itm { background: var(--itm); } .stage.itc { background: var(--itc); }
-  .path { font-size: 12px; color: var(--muted); overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
-  #legend { color: var(--muted); font-size: 12.5px; margin-top: 18px; }
-  #folderform { margin-top: 10px; display: flex; gap: 6px; align-items: center; font-size: 13px; color: var(--muted); }
-  #folderform input { flex: 0 1 420px; font-size: 13px; padding: 4px 6px; border: 1px solid var(--line); border-radius: 4px; }
-  #folderform button { font-size: 13px; padding: 4px 10px; background: #fff; color: var(--ink); border-color: var(--line); }
-  #detail { display: none; position: fixed; inset: 0; background: #1f232899; align-items: center; justify-content: center; padding: 24px; }
-  #detail.open { display: flex; }
-  #card { background: #fff; border-radius: 10px; max-width: 980px; width: 100%; max-height: 100%; overflow: auto; padding: 18px 20px; position: relative; }
-  #close { position: absolute; right: 12px; top: 10px; background: #fff; color: var(--ink); border-color: var(--line); padding: 2px 10px; }
-  #pics { display: flex; gap: 16px; flex-wrap: wrap; margin-top: 8px; }
-  #pics figure { margin: 0; flex: 1 1 300px; max-width: 440px; }
-  #pics img { width: 100%; aspect-ratio: 1; object-fit: contain; background: #eaeef2; border-radius: 6px; image-rendering: auto; }
-  #pics figcaption { color: var(--muted); font-size: 13px; text-align: center; }
-  #d-title { font-size: 16px; font-weight: 600; margin-right: 60px; }
-  #d-query { margin: 12px 0 0; color: var(--muted); font-size: 14px; }
-  #d-caption { margin: 6px 0 4px; font-size: 15px; white-space: pre-wrap; }
-  .label { font-weight: 600; color: var(--ink); }
-  #d-meta { color: var(--muted); font-size: 13px; }
-  .none { color: var(--muted); font-style: italic; }
-</style>
-</head>
-<body>
-<header>
-  <h1>tpas_search</h1>
-  <div id="info">loading…</div>
-</header>
-<main>
-  <form id="search" autocomplete="off">
-    <input id="q" name="q" type="search" placeholder="describe a person and what they are doing, e.g. a man in a red jacket lying on the ground" autofocus>
-    <button type="submit" id="go">Search</button>
-    <label>top <select id="topk"><option>10</option><option selected>20</option><option>50</option><option>100</option></select></label>
-    <label><input type="checkbox" id="itm" checked> ITM re-ranking of the top <span id="ktest">128</span></label>
-  </form>
-  <div id="error" role="alert"></div>
-  <div id="status" data-state="idle"></div>
-  <ol id="results"></ol>
-  <p id="legend">Click an image to see it larger. <span class="stage itm">ITM</span> the cross encoder's match logit (the images it
-    re-ranked come first, in its order); <span class="stage itc">ITC</span> the cosine similarity of the sentence's and the image's
-    features, which ranks every image. Both are shown for the re-ranked images.</p>
-  <form id="folderform" autocomplete="off">
-    <span>Index another folder:</span><input id="folder" placeholder="/path/to/images"><button type="submit">Index</button>
-  </form>
-</main>
-<div id="detail" role="dialog" aria-modal="true">
-  <div id="card">
-    <button id="close" type="button" aria-label="close">✕</button>
-    <div id="d-title"></div>
-    <div id="pics">
-      <figure><img id="d-img" alt="image"><figcaption>image</figcaption></figure>
-      <figure id="d-posefig"><img id="d-pose" alt="pose map"><figcaption>pose map</figcaption></figure>
-    </div>
-    <div id="d-query"></div>
-    <div id="d-caption"></div>
-    <div id="d-meta"></div>
-  </div>
-</div>
-<script>
-"use strict";
-const $ = id => document.getElementById(id);
-const enc = p => p.split('/').map(encodeURIComponent).join('/');
-let last = [], lastQuery = '';
+_templates = jinja2.Environment(loader=jinja2.PackageLoader('tpas_nb', 'templates'), autoescape=True, keep_trailing_newline=True)
 
-function showError(msg) { const e = $('error'); e.textContent = msg; e.style.display = msg ? 'block' : 'none'; }
-function setStatus(text, state) { const s = $('status'); s.textContent = text; s.dataset.state = state; }
+def search_page(topk: int = 20,            # the top-k selected in the page (10, 20, 50, 100 offered besides)
+                k_test: int = 128,         # images re-ranked by ITM, shown next to the check box
+                allow_root='',             # the folder under which the page may index others (shown in the box)
+               ) -> str:                   # the HTML page
+    "The search page: templates/search.html.j2 rendered with autoescaping, templates/search.js inlined as it is."
+    script = _templates.loader.get_source(_templates, 'search.js')[0]
+    return _templates.get_template('search.html.j2').render(script=Markup(script), topk=topk, topk_options=sorted({10, 20, 50, 100, topk}),
+                                                           k_test=k_test, allow_root=str(allow_root))
 
-async function getJSON(url, opts) {
-  let r;
-  try { r = await fetch(url, opts); } catch (e) { throw new Error('the server does not answer (' + e.message + '): is tpas_search --serve still running?'); }
-  let body = null;
-  try { body = await r.json(); } catch (e) { }
-  if (!r.ok) throw new Error((body && body.detail) ? body.detail : ('HTTP ' + r.status));
-  return body;
-}
+# %% ../nbs/50_search.ipynb #bc275a48
+def is_loopback(host: str) -> bool:
+    "Whether an address reaches this machine only: localhost, 127.0.0.0/8, ::1 ('' and 0.0.0.0 are every interface: False)."
+    if host.strip().lower() == 'localhost': return True
+    try: return ipaddress.ip_address(host.strip().strip('[]')).is_loopback
+    except ValueError: return False
 
-async function loadInfo() {
-  try {
-    const i = await getJSON('api/info');
-    $('info').textContent = i.summary;
-    $('ktest').textContent = i.k_test;
-    $('itm').disabled = i.k_test === 0;
-    if (!i.n_images) setStatus('no folder indexed: index one below', 'idle');
-  } catch (e) { $('info').textContent = ''; showError(e.message); }
-}
+def token_cookie(token: str) -> str:
+    "The name of the cookie that carries `token`: one per token, since cookies ignore the port."
+    return 'tpas_search_' + hashlib.sha256(token.encode()).hexdigest()[:12]
 
-async function search(push) {
-  const q = $('q').value, topk = $('topk').value, itm = $('itm').checked;
-  showError('');
-  const params = new URLSearchParams({ q: q, topk: topk, itm: itm ? '1' : '0' });
-  if (push) history.pushState(null, '', '?' + params.toString());
-  setStatus('searching…', 'busy');
-  try {
-    const r = await getJSON('api/search?' + params.toString());
-    last = r.results; lastQuery = r.query;
-    render(r);
-    setStatus(`top ${r.results.length} of ${r.n_images.toLocaleString('en')} images for “${r.query}” · ` +
-              (r.k_test ? `ITC over all, ITM re-ranking of the top ${r.k_test}` : 'ITC only') + ` · ${r.ms.toFixed(0)} ms`, 'done');
-  } catch (e) {
-    last = []; $('results').replaceChildren(); setStatus('', 'error'); showError(e.message);
-  }
-}
+def given_token(query: dict, headers: dict, cookies: dict, cookie: str) -> str | None:
+    "The token a request carries: ?token=…, else the header 'Authorization: token …', else the page's cookie."
+    auth = headers.get('authorization', '')
+    header = auth[6:].strip() if auth[:6].lower() == 'token ' else None
+    return query.get('token') or header or cookies.get(cookie)
 
-function render(r) {
-  const items = r.results.map(x => {
-    const li = document.createElement('li');
-    li.tabIndex = 0; li.dataset.rank = x.rank; li.dataset.path = x.path; li.dataset.score = x.score; li.dataset.stage = x.stage;
-    const img = document.createElement('img'); img.src = x.image; img.alt = x.path; img.loading = 'lazy';
-    img.onerror = () => { img.alt = 'cannot load ' + x.path; };
-    const head = document.createElement('div');
-    const rk = document.createElement('span'); rk.className = 'rank'; rk.textContent = '#' + x.rank;
-    const st = document.createElement('span'); st.className = 'stage ' + x.stage; st.textContent = x.stage.toUpperCase();
-    head.append(rk, st);
-    const sc = document.createElement('div'); sc.className = 'score';
-    for (const t of (x.stage === 'itm' ? [`ITM ${x.score.toFixed(2)}`] : []).concat([`ITC ${x.itc_score.toFixed(3)}`])) {
-      const s = document.createElement('span'); s.textContent = t; sc.append(s);
-    }
-    const p = document.createElement('div'); p.className = 'path'; p.textContent = x.path; p.title = x.path;
-    li.append(img, head, sc, p);
-    li.onclick = () => openDetail(x);
-    li.onkeydown = e => { if (e.key === 'Enter') openDetail(x); };
-    return li;
-  });
-  $('results').replaceChildren(...items);
-}
+def token_refusal(given: str | None, token: str) -> str | None:
+    "None when `given` is `token`, else the message of the 403: no token, or a wrong one."
+    if not given:
+        return ("no token: this search page answers only requests that carry its token. Open the address tpas_search printed "
+                "when it started (it ends in /?token=…); after that visit a cookie carries the token. Scripts can send the "
+                "header 'Authorization: token …'.")
+    if not secrets.compare_digest(given.encode(), token.encode()):
+        return ("wrong token: it is not this page's. Open the address tpas_search printed when it last started: the token "
+                "is new at every start unless --token fixes it.")
+    return None
 
-async function openDetail(x) {
-  $('d-title').textContent = `#${x.rank} · ${x.path} · ` +
-    (x.stage === 'itm' ? `ITM ${x.score.toFixed(2)} · ITC ${x.itc_score.toFixed(3)}` : `ITC ${x.itc_score.toFixed(3)}`);
-  $('d-img').src = x.image;
-  $('d-query').textContent = ''; $('d-caption').textContent = ''; $('d-meta').textContent = ''; $('d-posefig').style.display = 'none';
-  $('detail').classList.add('open'); $('detail').dataset.path = x.path;
-  try {
-    const it = await getJSON('api/item?' + new URLSearchParams({ path: x.path }).toString());
-    if (it.pose) { $('d-pose').src = it.pose; $('d-posefig').style.display = ''; }
-    labelled($('d-query'), 'your query: ', '“' + lastQuery + '”');
-    if (it.captions.length) labelled($('d-caption'), it.captions.length > 1 ? 'its captions: ' : 'its caption: ', it.captions.map(c => '“' + c + '”').join('\n'));
-    else labelled($('d-caption'), 'its caption: ', 'none (the folder is not a split of a PAB dataset with annotations)', 'none');
-    $('d-meta').textContent = it.meta;
-  } catch (e) { $('d-meta').textContent = e.message; }
-}
-function labelled(el, label, text, cls) {
-  const l = document.createElement('span'); l.className = 'label'; l.textContent = label;
-  const t = document.createElement('span'); t.textContent = text; if (cls) t.className = cls;
-  el.replaceChildren(l, t);
-}
-function closeDetail() { $('detail').classList.remove('open'); }
+def require_token(app, token: str):
+    "Refuse (403) every request of the FastAPI `app` that lacks `token`; the right ?token= sets a cookie that carries it later."
+    from starlette.responses import HTMLResponse, JSONResponse
+    if not token: raise SearchError("the token is empty: give a non-empty --token, or leave it out for a random one")
+    cookie = token_cookie(token)
+    @app.middleware('http')
+    async def _guard(request, call_next):
+        why = token_refusal(given_token(request.query_params, request.headers, request.cookies, cookie), token)
+        if why:
+            if 'text/html' in request.headers.get('accept', ''):      # a browser's visit: a page that says why
+                return HTMLResponse(_templates.get_template('refused.html.j2').render(message=why), status_code=403)
+            return JSONResponse({'detail': why}, status_code=403)
+        response = await call_next(request)
+        if request.query_params.get('token') and request.cookies.get(cookie) != token:
+            response.set_cookie(cookie, token, httponly=True, samesite='strict')
+        return response
+    return app
 
-$('search').onsubmit = e => { e.preventDefault(); search(true); };
-$('close').onclick = closeDetail;
-$('detail').onclick = e => { if (e.target === $('detail')) closeDetail(); };
-document.addEventListener('keydown', e => { if (e.key === 'Escape') closeDetail(); });
-$('folderform').onsubmit = async e => {
-  e.preventDefault(); showError(''); setStatus('indexing ' + $('folder').value + ' …', 'busy');
-  try {
-    const r = await getJSON('api/index', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ folder: $('folder').value }) });
-    setStatus(r.summary, 'indexed'); $('results').replaceChildren(); await loadInfo();
-  } catch (err) { setStatus('', 'error'); showError(err.message); }
-};
+# %% ../nbs/50_search.ipynb #ca83f047
+def index_root(searcher: Searcher, allow_root=None) -> Path:
+    "The folder under which the page may index: `allow_root`, else the indexed folder's parent, else the working directory (resolved)."
+    base = allow_root if allow_root is not None else Path(searcher.folder).resolve().parent if searcher.folder is not None else Path.cwd()
+    root = Path(base).expanduser().resolve()
+    if not root.is_dir(): raise SearchError(f"--allow-root {base}: not a folder")
+    return root
 
-function fromURL() {
-  const u = new URLSearchParams(location.search);
-  $('q').value = u.get('q') || '';
-  const k = u.get('topk');
-  if (k && ![...$('topk').options].some(o => o.value === k)) $('topk').add(new Option(k));
-  if (k) $('topk').value = k;
-  if (u.has('itm')) $('itm').checked = u.get('itm') !== '0';
-  return u;
-}
-window.onpopstate = () => { fromURL(); if ($('q').value) search(false); };
-(async () => {
-  await loadInfo();
-  const u = fromURL();
-  if (u.has('q')) {
-    await search(false);
-    const o = parseInt(u.get('open') || '0');
-    if (o >= 1 && o <= last.length) await openDetail(last[o - 1]);
-  }
-})();
-</script>
-</body>
-</html>
-"""   # the search page: plain HTML + JavaScript, no framework, nothing fetched from the internet
+def allowed_folder(folder,                  # a folder the page was asked for (absolute, relative to the working directory, ~)
+                   root: Path,              # the resolved root (index_root)
+                  ) -> Path:                # the folder's real path
+    "`folder` with ~, .. and symbolic links resolved, if it lies in `root`; else a SearchError that names the root."
+    real = Path(folder).expanduser().resolve()
+    if real.is_relative_to(root): return real
+    via = f" (that is {real})" if Path(folder).expanduser().absolute() != real else ''
+    raise SearchError(f"{folder}{via} is outside {root}, the folder this page may index in: choose a folder in it, or restart "
+                      f"tpas_search with --allow-root set to a folder that holds this one")
+
+def inside(file: Path, folder: Path) -> bool:
+    "Whether `file` is a file whose real path (symbolic links resolved) lies in `folder`'s."
+    return file.is_file() and file.resolve().is_relative_to(Path(folder).resolve())
 
 # %% ../nbs/50_search.ipynb #0ec87f6c
 def pab_records(folder) -> tuple:
@@ -545,10 +414,10 @@ class IndexedFolder:
         self.gallery_mb = sum(v.nbytes for v in s.gallery.values()) / 2**20        # feat + tokens + mask in memory
 
     def pose_map(self, rel: str) -> Path | None:
-        "The pose map of image `rel`: in the searcher's pose folder, FOLDER/pose, or ROOT/pose/<split> of a PAB root."
+        "The pose map of image `rel`: in the searcher's pose folder, FOLDER/pose, or ROOT/pose/<split> of a PAB root (not a link out of it)."
         where = [self.searcher.pose_dir, self.folder / POSE_DIR]
         if self.root is not None: where.append(self.root / POSE_DIR / self.folder.resolve().relative_to(self.root))
-        return next((Path(d) / rel for d in where if d is not None and (Path(d) / rel).is_file()), None)
+        return next((Path(d) / rel for d in where if d is not None and inside(Path(d) / rel, d)), None)
 
     def summary(self) -> str:
         "One line: images, run, indexing time, cache and memory."
@@ -568,26 +437,12 @@ def _url(prefix: str, rel: str) -> str:
     from urllib.parse import quote
     return prefix + '/'.join(quote(p, safe='') for p in rel.split('/'))
 
-def make_app(searcher: Searcher,                     # a Searcher, usually with a folder indexed
-             topk: int = 20,                         # images shown per query unless the page asks for another number
-             k_test: int = 128,                      # images re-ranked by ITM (the page's check box turns it off: ITC only)
-             hosts=('127.0.0.1', 'localhost'),       # Host headers answered (None: any); a guard against DNS rebinding
-            ):                                       # a FastAPI app
-    "The search page and its JSON API over `searcher` (routes in the table above)."
-    from fastapi import Body, FastAPI, Query
+def json_errors(app):
+    "Error handlers of the FastAPI `app`: every failure is JSON {'detail': message} with its status; the server keeps running."
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+    from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException
-    from starlette.middleware.trustedhost import TrustedHostMiddleware
-
-    app = FastAPI(title='tpas_search', docs_url=None, redoc_url=None, openapi_url=None)
-    if hosts: app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))
-    lock = threading.Lock()                 # one search or indexing at a time: they share the model and the gallery
-    state = dict(folder=IndexedFolder(searcher) if searcher.gallery is not None else None)
-
-    def fail(status: int, msg: str): raise HTTPException(status, msg)
     def error(status: int, msg: str): return JSONResponse({'detail': msg}, status_code=status)
-
     @app.exception_handler(SearchError)     # the user's input: an empty folder, an unreadable image, a bad query
     async def _user_error(request, e): return error(400, str(e))
     @app.exception_handler(RequestValidationError)
@@ -599,16 +454,72 @@ def make_app(searcher: Searcher,                     # a Searcher, usually with 
         return error(e.status_code, e.detail)
     @app.exception_handler(Exception)       # a bug: say so on the page; the server keeps running
     async def _bug(request, e): return error(500, f"internal error ({type(e).__name__}: {e}); the server keeps running")
+    return app
+
+def file_routes(app, state: dict):
+    "The routes of the FastAPI `app` that serve the indexed folder (`state['folder']`): its images, pose maps and captions."
+    from fastapi.responses import FileResponse
+    from starlette.exceptions import HTTPException
+
+    def known(path: str) -> IndexedFolder:
+        f = state['folder']
+        if f is None or path not in f.paths: raise HTTPException(404, f"not an image of the indexed folder: {path!r}")
+        return f
+
+    @app.get('/image/{path:path}')
+    def image(path: str):
+        f = known(path)
+        file = f.folder / path
+        if not file.is_file(): raise HTTPException(404, f"{file}: the file is gone since the folder was indexed")
+        if not inside(file, f.folder): raise HTTPException(404, f"{file}: a link to a file outside the indexed folder; the page serves none")
+        return FileResponse(file)
+
+    @app.get('/pose/{path:path}')
+    def pose(path: str):
+        file = known(path).pose_map(path)
+        if file is None: raise HTTPException(404, f"no pose map for {path!r}")
+        return FileResponse(file)
+
+    @app.get('/api/item')
+    def item(path: str):
+        f = known(path)
+        r = f.records.get(path, {})
+        meta = [str(f.folder / path)] + [f"{k}: {r[k]}" for k in ('scene', 'normal', 'anomaly', 'person_id', 'image_id') if k in r]
+        return dict(path=path, captions=list(r.get('caption', [])), record={k: v for k, v in r.items() if k != 'caption'},
+                    meta=' · '.join(meta), pose=_url('pose/', path) if f.pose_map(path) is not None else None)
+    return app
+
+def make_app(searcher: Searcher,                     # a Searcher, usually with a folder indexed
+             topk: int = 20,                         # images shown per query unless the page asks for another number
+             k_test: int = 128,                      # images re-ranked by ITM (the page's check box turns it off: ITC only)
+             hosts=('127.0.0.1', 'localhost'),       # Host headers answered (None: any); a guard against DNS rebinding
+             token: str | None = None,               # every request must carry it (require_token); None: none is asked
+             allow_root=None,                        # the page indexes only folders in it (index_root; None: the folder's parent)
+            ):                                       # a FastAPI app
+    "The search page and its JSON API over `searcher` (routes in the table above)."
+    from fastapi import Body, FastAPI, Query
+    from fastapi.responses import HTMLResponse
+    from starlette.exceptions import HTTPException
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+    state = dict(folder=IndexedFolder(searcher) if searcher.gallery is not None else None)   # what the page shows
+    app = file_routes(json_errors(FastAPI(title='tpas_search', docs_url=None, redoc_url=None, openapi_url=None)), state)
+    root = app.state.allow_root = index_root(searcher, allow_root)
+    if token is not None: require_token(app, token)
+    if hosts: app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))     # outermost: the Host is checked first
+    lock = threading.Lock()                 # one search or indexing at a time: they share the model and the gallery
+    html = search_page(topk, k_test, root)
+    def fail(status: int, msg: str): raise HTTPException(status, msg)
 
     @app.get('/', response_class=HTMLResponse)
-    def page(): return PAGE
+    def page(): return html
 
     @app.get('/api/info')
     def info():
         f = state['folder']
         return dict(summary=f.summary() if f else f"run {searcher.run_dir} ({searcher.config.method}); no folder indexed",
-                    method=searcher.config.method, run=str(searcher.run_dir), topk=topk, k_test=k_test,
-                    folder=str(searcher.folder) if f else None, n_images=len(searcher.paths) if f else 0,
+                    method=searcher.config.method, run=str(searcher.run_dir), topk=topk, k_test=k_test, allow_root=str(root),
+                    token_required=token is not None, folder=str(searcher.folder) if f else None, n_images=len(searcher.paths) if f else 0,
                     n_embedded=searcher.n_embedded if f else 0, index_seconds=searcher.index_seconds if f else None,
                     rss_before_index_mb=searcher.index_rss_mb[0] if f else None, peak_rss_mb=searcher.index_rss_mb[1] if f else None,
                     peak_rss_now_mb=peak_rss_mb(), cache_mb=f.cache_mb if f else None, gallery_mb=f.gallery_mb if f else None)
@@ -628,37 +539,14 @@ def make_app(searcher: Searcher,                     # a Searcher, usually with 
                for r in df.itertuples()]
         return dict(query=q, topk=topk, k_test=k_test if itm else 0, n_images=len(searcher.paths), ms=ms, results=res)
 
-    def known(path: str) -> IndexedFolder:
-        f = state['folder']
-        if f is None or path not in f.paths: fail(404, f"not an image of the indexed folder: {path!r}")
-        return f
-
-    @app.get('/image/{path:path}')
-    def image(path: str):
-        file = known(path).folder / path
-        if not file.is_file(): fail(404, f"{file}: the file is gone since the folder was indexed")
-        return FileResponse(file)
-
-    @app.get('/pose/{path:path}')
-    def pose(path: str):
-        file = known(path).pose_map(path)
-        if file is None: fail(404, f"no pose map for {path!r}")
-        return FileResponse(file)
-
-    @app.get('/api/item')
-    def item(path: str):
-        f = known(path)
-        r = f.records.get(path, {})
-        meta = [str(f.folder / path)] + [f"{k}: {r[k]}" for k in ('scene', 'normal', 'anomaly', 'person_id', 'image_id') if k in r]
-        return dict(path=path, captions=list(r.get('caption', [])), record={k: v for k, v in r.items() if k != 'caption'},
-                    meta=' · '.join(meta), pose=_url('pose/', path) if f.pose_map(path) is not None else None)
-
     @app.post('/api/index')         # JSON only: a cross-site form cannot send it (no CORS is granted)
-    def index(folder: str = Body(embed=True),               # the image folder
-              pose: str | None = Body(None, embed=True)):   # its pose-map folder (None: FOLDER/pose if present)
+    def index(folder: str = Body(embed=True),               # the image folder, in the root
+              pose: str | None = Body(None, embed=True)):   # its pose-map folder, in the root (None: FOLDER/pose if present)
         if not folder.strip(): fail(400, "give the folder to index")
+        try: folder, pose = allowed_folder(folder, root), allowed_folder(pose, root) if pose else None   # before anything is read
+        except SearchError as e: fail(403, str(e))
         with lock:                  # a failure (SearchError: 400) leaves the previous folder indexed
-            searcher.index(Path(folder).expanduser(), pose)
+            searcher.index(folder, pose)
             state['folder'] = IndexedFolder(searcher)
         return dict(summary=state['folder'].summary(), n_images=len(searcher.paths))
 
@@ -687,6 +575,7 @@ class Served:
     url: str
     server: object            # the uvicorn.Server
     thread: threading.Thread
+    token: str | None = None  # what every request must carry (None: nothing)
     def stop(self):
         self.server.should_exit = True
         self.thread.join(10)
@@ -698,35 +587,54 @@ def serve(searcher: Searcher,            # a Searcher, usually with a folder ind
           k_test: int = 128,             # images re-ranked by ITM (0: ITC only)
           block: bool = True,            # serve until Ctrl+C; False: in a background thread, return a `Served` (notebooks)
           query: str = '',               # a query to put in the printed address
+          token: str | None = None,      # every request must carry it; None: a new random one off loopback, none on loopback
+          allow_root=None,               # the page indexes only folders in it; None: the indexed folder's parent (index_root)
          ) -> Served | None:
-    "Serve the search page of `searcher` at http://host:port/."
+    "Serve the search page of `searcher` at http://host:port/ (?token=… off loopback)."
     import uvicorn
     from urllib.parse import urlencode
     if block:
         try: asyncio.get_running_loop(); running = True
         except RuntimeError: running = False
         if running: raise SearchError("an event loop runs in this thread (a notebook?): call serve(..., block=False), which returns at once")
+    if token is not None and not token.strip(): raise SearchError("the token is empty: give a non-empty --token, or leave it out for a random one")
+    shared = not is_loopback(host)
+    if token is None and shared: token = secrets.token_urlsafe(32)
     sock = bind(host, port)
     port = sock.getsockname()[1]
     local = host in ('0.0.0.0', '::', '')
-    app = make_app(searcher, topk, k_test, hosts=None if local else (host, 'localhost', '127.0.0.1'))
+    app = make_app(searcher, topk, k_test, hosts=None if local else (host, 'localhost', '127.0.0.1'), token=token, allow_root=allow_root)
     server = uvicorn.Server(uvicorn.Config(app, log_level='warning', access_log=False))
     name = '127.0.0.1' if local else f'[{host}]' if ':' in host else host
-    url = f"http://{name}:{port}/" + (f"?{urlencode(dict(q=query))}" if query else '')
+    params = urlencode({**({'token': token} if token else {}), **({'q': query} if query else {})})
+    url = f"http://{name}:{port}/" + (f"?{params}" if params else '')
     if not block:
         t = threading.Thread(target=server.run, kwargs=dict(sockets=[sock]), daemon=True, name=f'tpas_search:{port}')
         t.start()
         while not server.started and t.is_alive(): time.sleep(0.01)
         if not t.is_alive(): raise SearchError(f"the server on {host}:{port} stopped at once (see the messages above)")
-        return Served(url, server, t)
+        return Served(url, server, t, token)
+    if shared:
+        there = socket.gethostname() if local else name
+        print(f"tpas_search: listening on {host or '*'}:{port}, beyond this machine: every request needs the token; "
+              f"from another machine open http://{there}:{port}/?{params}", flush=True)
+    print(f"tpas_search: the page indexes only folders under {app.state.allow_root} (--allow-root)", flush=True)
     print(f"serving the search page at {url} (Ctrl+C to stop)", flush=True)
     server.run(sockets=[sock])
 
 # %% ../nbs/50_search.ipynb #091411bb
+SHARING_HELP = ("Sharing the search page: --serve listens on 127.0.0.1 (this machine only) and asks no token. On any other --host "
+                "(e.g. 0.0.0.0) every request - the page, the API, the images - must carry a token, as Jupyter's do: a new random one "
+                "at each start unless --token gives it, printed in the address http://HOST:PORT/?token=...; opening that address sets a "
+                "cookie that carries the token from then on, and scripts can send the header 'Authorization: token ...'. A request "
+                "without it, or with a wrong one, gets 403 and a message. On loopback, --token makes the token required too. The page's "
+                "'Index another folder' accepts only folders under --allow-root (.., ~ and symbolic links resolved first; others get "
+                "403 naming the root), and the page serves only the images of the indexed folder and their pose maps.")
+
 def search_cli(argv=None):
     "Console script `tpas_search`: search a folder of images with text queries and a trained run, or serve the search page (--serve)."
     ap = argparse.ArgumentParser(prog='tpas_search', description='Search a folder of images with text, using a trained tpas_nb run: '
-                                 'print and save the top images of each --query, or serve a search page (--serve).')
+                                 'print and save the top images of each --query, or serve a search page (--serve).', epilog=SHARING_HELP)
     ap.add_argument('--run', required=True, help='run folder (config.yaml + best.safetensors or checkpoint.safetensors)')
     ap.add_argument('--gallery', help='image folder (jpg/jpeg/png/webp, searched recursively); optional with --serve (index one from the page)')
     ap.add_argument('--query', action='append', help='a text query (repeat for several); with --serve, the first is put in the printed address')
@@ -739,10 +647,16 @@ def search_cli(argv=None):
     ap.add_argument('--no-cache', action='store_true', help='embed every image, read and write no cache')
     ap.add_argument('--batch-size', type=int, default=64, help='images per embedding call (default 64)')
     ap.add_argument('--serve', action='store_true', help='serve a search page instead: type a sentence, see the ranked images')
-    ap.add_argument('--host', default='127.0.0.1', help='with --serve: the address to listen on (default 127.0.0.1, this machine only)')
+    ap.add_argument('--host', default='127.0.0.1', help='with --serve: the address to listen on (default 127.0.0.1, this machine only; '
+                    'any other, e.g. 0.0.0.0, shares the page and requires the token)')
     ap.add_argument('--port', type=int, default=DEFAULT_PORT, help=f'with --serve: the port (default {DEFAULT_PORT}; 0: a free one, printed)')
+    ap.add_argument('--token', default=None, help='with --serve: the token every request must carry (default: a new random one at each '
+                    'start when --host is not loopback, printed in the address; none on loopback unless given)')
+    ap.add_argument('--allow-root', default=None, metavar='DIR', help="with --serve: the page's 'Index another folder' accepts only folders "
+                    'under DIR, after resolving .. and symbolic links (default: the --gallery folder\'s parent, else the working directory)')
     a = ap.parse_args(argv)
     if not a.serve and not (a.gallery and a.query): ap.error('--gallery and --query are required (or --serve for the search page)')
+    if a.token is not None and not a.token.strip(): ap.error('--token is empty: give a non-empty one, or leave it out for a random one')
     topk = a.topk or (20 if a.serve else 5)
     import matplotlib
     ipython = sys.modules.get('IPython')
@@ -752,13 +666,14 @@ def search_cli(argv=None):
         if a.gallery and not find_images(a.gallery, exclude=[a.pose] if a.pose else []):        # before loading the model
             raise SearchError(f"{a.gallery}: no images ({', '.join(IMAGE_EXTS)}) in this folder or its subfolders")
         if a.serve: bind(a.host, a.port).close()                                  # a busy port: say so before indexing
+        if a.serve and a.allow_root is not None: index_root(None, a.allow_root)   # a root that is not a folder: the same
         t0 = time.time()
         s = Searcher(a.run, a.device, a.batch_size, progress=sys.stderr.isatty())
         if a.gallery: s.index(a.gallery, a.pose, cache_dir=False if a.no_cache else a.cache_dir)
         t1 = time.time()
         if a.serve:
             print(f"tpas_search: {IndexedFolder(s).summary() if a.gallery else f'run {s.run_dir} ({s.config.method}); no folder indexed'}", flush=True)
-            serve(s, a.host, a.port, topk, a.k_test, query=(a.query or [''])[0])
+            serve(s, a.host, a.port, topk, a.k_test, query=(a.query or [''])[0], token=a.token, allow_root=a.allow_root)
             print("tpas_search: stopped")
             return
         df = s.search(a.query, topk, a.k_test)
