@@ -130,3 +130,61 @@ def test_cli_errors(tmp_path):
     code, _, err = cli('cuhk-pedes', src, tmp_path / 'o5')
     assert code == 1 and f"image not found: {src / 'imgs/CUHK01/0009002.png'}" in err and not (tmp_path / 'o5').exists(), err
     assert 'Traceback' not in err
+
+
+def test_unreadable_image_refused_before_a_run(tmp_path):
+    "An 8-byte file named as an image: tpas_convert refuses it by record; written anyway (--no-image-check), tpas_validate and a run refuse it by line, before the first step."
+    from tpas_nb.data.pab import validate_cli
+    from tpas_nb.train import train
+    src = cuhk(tmp_path / 'CUHK-PEDES')
+    bad = src / 'imgs/CUHK01/0008001.png'                                                  # person 8, a test image
+    bad.write_bytes(b'12345678')
+    code, out, err = cli('cuhk-pedes', src, tmp_path / 'refused')
+    assert code == 1 and not (tmp_path / 'refused').exists(), err
+    assert f"reid_raw.json: record 23 (CUHK01/0008001.png): unreadable image {bad} (not an image file PIL recognises)" in err, err
+    code, out, err = cli('cuhk-pedes', src, tmp_path / 'pab', '--no-image-check')
+    assert code == 0 and 'valid PAB folder (cuhk-pedes, images linked, not opened (--no-image-check), ids = persons)' in out, out + err
+    root = tmp_path / 'pab'
+    want = f"{root / 'annotation/test/attr.json'}:5: unreadable image {root / 'imgs/CUHK01/0008001.png'} (not an image file PIL recognises)"
+    verr = io.StringIO()
+    with contextlib.redirect_stderr(verr), pytest.raises(SystemExit) as e: validate_cli([str(root)])
+    assert e.value.code == 1 and verr.getvalue().startswith(f"tpas_validate: INVALID: {want};"), verr.getvalue()
+    cfg = RunConfig(method='xvlm', data=DataConfig(root=str(root)), epochs=1, batch_size=8, max_steps=2, k_test=4, eval_batch=8,
+                    out_dir=str(tmp_path / 'run'), device='cpu', init_checkpoint='', optim=OptimConfig(lr=1e-3, lr_min=1e-4, warmup_steps=1))
+    with pytest.raises(PABError) as e: train(cfg, progress=False)                          # the test split: checked before the first step
+    assert str(e.value) == verr.getvalue().removeprefix('tpas_validate: INVALID: ').rstrip('\n')
+    assert not (tmp_path / 'run/log.jsonl').exists() and not (tmp_path / 'run/state.pt').exists()
+
+
+def test_missing_pose_map_refused_before_a_run(tmp_path):
+    "A converted folder with pose maps but one missing: tpas_validate names the line, --no-pose passes, cmp refuses before its first step; without any pose maps the folder is valid with a note."
+    from tpas_nb.data.convert import write_pose_maps
+    from tpas_nb.data.pab import validate_cli
+    from tpas_nb.train import train
+    root = convert('cuhk-pedes', cuhk(tmp_path / 'CUHK-PEDES'), tmp_path / 'pab')
+
+    def validate(*args):
+        o, e = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+            try: validate_cli([str(root), *args]); code = 0
+            except SystemExit as x: code = x.code
+        return code, o.getvalue(), e.getvalue()
+
+    code, out, err = validate()
+    assert code == 0 and f"no pose maps ({root / 'pose'}): xvlm, gradco train and evaluate on it; cmp, seda read a pose map" in out, out + err
+    images = dict.fromkeys(r['image'] for s in ('train', 'val', 'test') for r in PABFolder(root).records(s))
+    (tmp_path / 'kp.jsonl').write_text(''.join(json.dumps({'image': i, 'landmarks': None}) + '\n' for i in images))
+    assert write_pose_maps(root, tmp_path / 'kp.jsonl') == 27
+    assert validate()[0] == 0
+    gone = root / 'pose/imgs/CUHK01/0005000.png'                                            # person 5, the first val image
+    gone.unlink()
+    code, out, err = validate()
+    want = f"{root / 'annotation/val/attr.json'}:1: pose map not found: {gone}; cmp, seda read a pose map with every image (pose=True)"
+    assert code == 1 and err.startswith(f"tpas_validate: INVALID: {want}"), err
+    assert validate('--no-pose')[0] == 0
+    cfg = RunConfig(method='cmp', method_args=dict(ihnm=False), data=DataConfig(root=str(root)), epochs=1, batch_size=8, max_steps=2,
+                    k_test=4, eval_batch=8, out_dir=str(tmp_path / 'run'), device='cpu', init_checkpoint='',
+                    optim=OptimConfig(lr=1e-3, lr_min=1e-4, warmup_steps=1))
+    with pytest.raises(PABError) as e: train(cfg, progress=False)                          # the val split: checked before the first step
+    assert str(e.value) == err.removeprefix('tpas_validate: INVALID: ').rstrip('\n')
+    assert not (tmp_path / 'run/log.jsonl').exists() and not (tmp_path / 'run/state.pt').exists()

@@ -1,4 +1,4 @@
-"End-to-end and bad-input tests of the data command-line tools: tpas_synthpab and tpas_validate."
+"End-to-end and bad-input tests of the data command-line tools: tpas_synthpab and tpas_validate (missing and unreadable files, pose maps)."
 import json, shutil, subprocess
 
 import pytest
@@ -100,6 +100,30 @@ def test_missing_pose_map(copy):
     (copy / 'pose/train/imgs_0/anomaly/4.jpg').unlink()  # first needed by line 9, as the counterpart of normal/4
     _invalid(copy, 'attr_0.json:9: pose map not found', 'pose/train/imgs_0/anomaly/4.jpg')
     assert run('tpas_validate', str(copy), '--no-pose').returncode == 0
+
+
+def test_unreadable_image(copy):
+    (copy / 'test/5.jpg').write_bytes(b'12345678')                                      # 8 bytes named .jpg
+    err = _invalid(copy, 'test/attr.json:6: unreadable image', 'test/5.jpg (not an image file PIL recognises)')
+    assert 'Traceback' not in err
+    r = run('tpas_validate', str(copy), '--no-image-check')                             # existence only
+    assert r.returncode == 0 and 'valid SynthPAB folder (images not opened: --no-image-check)' in r.stdout, r.stdout + r.stderr
+
+
+def test_unreadable_pose_map(copy):
+    jpg = (copy / 'pose/test/3.jpg').read_bytes()
+    (copy / 'pose/test/3.jpg').write_bytes(jpg[:8])                                      # the first 8 bytes of a JPEG
+    _invalid(copy, 'test/attr.json:4: unreadable image', 'pose/test/3.jpg')
+    assert run('tpas_validate', str(copy), '--no-pose').returncode == 0
+
+
+def test_no_pose_maps_valid_with_note(copy):
+    shutil.rmtree(copy / 'pose')
+    r = run('tpas_validate', str(copy))
+    assert r.returncode == 0 and 'valid SynthPAB folder' in r.stdout, r.stderr
+    assert f"no pose maps ({copy / 'pose'}): xvlm, gradco train and evaluate on it; cmp, seda read a pose map with every image" in r.stdout, r.stdout
+    r = run('tpas_validate', str(copy), '--pose')
+    assert r.returncode == 1 and 'attr_0.json:1: pose map not found' in r.stderr and 'write_pose_maps' in r.stderr, r.stderr
 
 
 def test_missing_counterpart(copy):

@@ -723,6 +723,8 @@ def train(config: RunConfig,            # the run (00_config); out_dir is the ru
     "Train `config.method`, keep the best val weights, evaluate them on test (and ucc); returns the run folder."
     cbs = [ResumeCB(), LogCB(), ValidateCB(), StopAfterCB(stop_after), CheckpointCB(), SpeedCB(), WiseCB(), FinalEvalCB(final_splits), *callbacks]
     t = Trainer.from_config(config, method, progress, cbs + ([ProgressCB()] if progress else []))
+    for split in ('val', *final_splits):                              # read after the first step: checked before it, as train_data checks the training split
+        if split in t.setup.folder.splits(): t.setup.folder.check_files(split, pose=t.model.needs_pose)
     t.fit()
     return t.setup.out
 

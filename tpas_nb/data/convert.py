@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .pab import PABError, PABFolder, SPECIALS, build_vocab, synthpab_vocab, validate_pab
+from .pab import PABError, PABFolder, SPECIALS, build_vocab, check_image, has_pose_maps, pose_note, synthpab_vocab, validate_pab
 from .pose import KP, check_pose, render_pose_map
 
 # %% auto #0
@@ -181,6 +181,7 @@ def write_pab(items: list[SourceImage],  # the images (read_source, read_caption
               mode: str = 'link',        # 'link' (symbolic links to the sources) or 'copy' (byte-for-byte)
               vocab='captions',          # 'captions' | 'synthpab' | 'none' | a vocab.txt path (table above)
               about: dict | None = None, # what convert.json says of the source
+              open_images: bool = True,  # open every source image (`check_image`) before writing; False: existence only
              ) -> Path:                  # out_root
     "Write `items` as a PAB root: images linked or copied, annotation files, vocab.txt and convert.json; checks every image first."
     if mode not in MODES: raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -190,6 +191,9 @@ def write_pab(items: list[SourceImage],  # the images (read_source, read_caption
     if not items: raise ConvertError("no images to write")
     for it in items:
         if not it.src.is_file(): raise ConvertError(f"{it.where}: image not found: {it.src}")
+        if open_images:
+            try: check_image(it.src, it.where)
+            except PABError as e: raise ConvertError(str(e)) from None
     lines, records = _vocabulary(vocab, items), pab_records(items)
     written = {}
     for it in items:                                             # the same image in two splits is written once
@@ -218,13 +222,14 @@ def convert(fmt: str,              # cuhk-pedes | icfg-pedes | rstpreid
             out_root,              # the PAB root to write (new or empty)
             mode: str = 'link',    # 'link' | 'copy'
             vocab='captions',      # 'captions' | 'synthpab' | 'none' | a vocab.txt path
+            open_images: bool = True,   # open every source image before writing (`check_image`); False: existence only
            ) -> Path:              # out_root, a valid PAB root without pose maps
     "Convert a published dataset into a PAB root (identity protocol: image_id = person id)."
     f = source_format(fmt)
     items = read_source(f.name, src_root)
     ann = annotation_file(f, Path(src_root))
     about = dict(format=f.name, source=str(Path(src_root).resolve()), annotation=ann.name, annotation_sha256=_sha256(ann))
-    return write_pab(items, out_root, mode, vocab, about)
+    return write_pab(items, out_root, mode, vocab, about, open_images)
 
 # %% ../../nbs/05_convert.ipynb #30ce703a
 COLOURS = {'red': (200, 40, 40), 'blue': (40, 70, 200), 'green': (40, 150, 60), 'yellow': (225, 200, 40),
@@ -325,12 +330,13 @@ def register_folder(images,            # your image folder
                     mode: str = 'link',# 'link' | 'copy'
                     vocab='captions',  # 'captions' | 'synthpab' | 'none' | a vocab.txt path
                     split: str = 'test',   # the split of rows without one
+                    open_images: bool = True,   # open every image before writing (`check_image`); False: existence only
                    ) -> Path:          # out_root
     "Your folder of images and a CSV/JSONL of captions → a PAB root (positives: same `person`, else the same image)."
     items, ids = read_captions(images, captions, split)
     about = dict(format='folder', source=str(Path(images).resolve()), annotation=str(Path(captions).resolve()),
                  annotation_sha256=_sha256(Path(captions)), persons=ids)
-    return write_pab(items, out_root, mode, vocab, about)
+    return write_pab(items, out_root, mode, vocab, about, open_images)
 
 # %% ../../nbs/05_convert.ipynb #d4483ac8
 MEDIAPIPE_TO_COCO18 = {   # COCO-18 joint (02_pose.KEYPOINTS) <- MediaPipe Pose landmark index (mediapipe.solutions.pose.PoseLandmark)
@@ -417,8 +423,8 @@ def _next_steps(out: Path) -> str:
     return (f"train and evaluate (identity protocol, test R@1/5/10 and mAP in RUN/metrics.json):\n"
             f"  python -m papermill nbs/90_train.ipynb run.ipynb -p method xvlm -p data_root {out} -p init_checkpoint ''\n"
             f"  (init_checkpoint 'pretrained' needs --vocab synthpab; a real X-VLM checkpoint needs its vocab.txt: --vocab PATH)\n"
-            f"pose maps: none. cmp needs them and ihnm=False; seda needs them and ihnm=False fdl=False itm_sem=False; "
-            f"gradco needs counterpart_batches=False (05_convert, 'Pose maps': write_pose_maps, check_method_data)")
+            f"no counterparts and no sub-captions: cmp needs ihnm=False; seda ihnm=False fdl=False itm_sem=False; "
+            f"gradco counterpart_batches=False (05_convert, 'Pose maps': check_method_data)")
 
 def convert_cli(argv=None):
     "Console script `tpas_convert`: a published dataset, or a folder with a captions file, into a validated PAB root."
@@ -434,20 +440,25 @@ def convert_cli(argv=None):
     ap.add_argument('--vocab', default='captions', help="vocab.txt to write: captions (default), synthpab, none, or a vocab.txt path")
     ap.add_argument('--captions', help='folder: the CSV or JSON Lines captions file (default SRC_ROOT/captions.csv)')
     ap.add_argument('--split', default='test', choices=tuple(SPLIT_FILES), help='folder: the split of rows without one (default test)')
+    ap.add_argument('--no-image-check', action='store_true', help='check that source images exist without opening them: opening '
+                    'every image (PIL, header only) is the slow part on a million-image source; 04_pab measures it')
     a = ap.parse_args(argv)
     folder = a.format.lower() == 'folder'
     if not folder:
         try: fmt = source_format(a.format).name
         except ConvertError as e: ap.error(str(e))
     try:
-        out = register_folder(a.src_root, a.captions or Path(a.src_root) / 'captions.csv', a.out_root, a.mode, a.vocab, a.split) if folder \
-              else convert(fmt, a.src_root, a.out_root, a.mode, a.vocab)
-        stats = validate_pab(out, pose=False)
+        opening = not a.no_image_check
+        out = register_folder(a.src_root, a.captions or Path(a.src_root) / 'captions.csv', a.out_root, a.mode, a.vocab, a.split, opening) \
+              if folder else convert(fmt, a.src_root, a.out_root, a.mode, a.vocab, opening)
+        stats = validate_pab(out, open_images=False)                 # the files are the sources write_pab has just opened
     except PABError as e:
         print(f'tpas_convert: error: {e}', file=sys.stderr)
         raise SystemExit(1)
     cols = ['split', 'records', 'images', 'ids', 'queries', 'mean_words']
     w = [max(len(c), *(len(str(s[c])) for s in stats)) for c in cols]
-    print(f"{out}: valid PAB folder ({'folder' if folder else fmt}, images {'linked' if a.mode == 'link' else 'copied'}, ids = persons)")
+    print(f"{out}: valid PAB folder ({'folder' if folder else fmt}, images {'linked' if a.mode == 'link' else 'copied'}"
+          f"{', not opened (--no-image-check)' if a.no_image_check else ''}, ids = persons)")
     for row in [cols] + [[s[c] for c in cols] for s in stats]: print('  '.join(str(v).ljust(n) for v, n in zip(row, w)))
+    if not has_pose_maps(PABFolder(out)): print(pose_note(out))
     print(_next_steps(out))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
 from ..config import progress as show_progress
@@ -19,10 +19,10 @@ from .eda import eda, read_synonyms, synthpab_synonyms
 
 # %% auto #0
 __all__ = ['TRAIN_FIELDS', 'COUNTERPART_FIELDS', 'TEST_FIELDS', 'SUB_KEYS', 'PAB_STATS', 'TRAIN_SPLITS', 'SPECIALS',
-           'SYNTHPAB_VOCAB', 'MEAN', 'STD', 'PABError', 'read_pab', 'PABFolder', 'build_vocab', 'make_tokenizer',
-           'synthpab_vocab', 'pab_tokenizer', 'PairTransform', 'person_units', 'subset_positions', 'subset_manifest',
-           'PABTrainDataset', 'PABTestDataset', 'TrainCollate', 'resolve_synonyms', 'split_stats', 'validate_pab',
-           'validate_cli']
+           'SYNTHPAB_VOCAB', 'MEAN', 'STD', 'PABError', 'read_pab', 'check_image', 'pose_methods', 'PABFolder',
+           'build_vocab', 'make_tokenizer', 'synthpab_vocab', 'pab_tokenizer', 'PairTransform', 'person_units',
+           'subset_positions', 'subset_manifest', 'PABTrainDataset', 'PABTestDataset', 'TrainCollate',
+           'resolve_synonyms', 'split_stats', 'has_pose_maps', 'pose_note', 'validate_pab', 'validate_cli']
 
 # %% ../../nbs/04_pab.ipynb #62a25e51
 class PABError(ValueError):
@@ -95,6 +95,21 @@ def _weather_names():
     from tpas_nb.data.weather import WEATHERS
     return WEATHERS[1:]
 
+def check_image(path: Path, where: str) -> None:
+    "Raise a PABError naming `where` and `path` unless PIL opens the file and verifies its header (no pixels decoded)."
+    try:
+        with Image.open(path) as im: im.verify()
+    except FileNotFoundError: raise PABError(f"{where}: image not found: {path}") from None
+    except Exception as e:                                           # whatever PIL raises: the file is not an image it can read
+        why = 'not an image file PIL recognises' if isinstance(e, UnidentifiedImageError) else str(e) or type(e).__name__
+        raise PABError(f"{where}: unreadable image {path} ({why}); replace the file, or remove the record that names it") from None
+
+def pose_methods() -> tuple[list[str], list[str]]:
+    "(methods that read a pose map with every image, methods that do not): the default of each method's `pose` switch (29_methods)."
+    from tpas_nb.methods import all_switches                        # the data layer reads the methods' table for its messages only
+    sw = all_switches()['pose']
+    return [m for m, on in sw.items() if on], [m for m, on in sw.items() if not on]
+
 class PABFolder:
     "A PAB (or SynthPAB) root: annotation files per split, image and pose-map paths."
     def __init__(self, root):
@@ -102,7 +117,7 @@ class PABFolder:
         if not self.root.is_dir(): raise PABError(f"{self.root}: PAB root folder not found")
         if not (self.root / 'annotation').is_dir(): raise PABError(f"{self.root}: no annotation/ folder (not a PAB root)")
         self.synthetic = (self.root / 'synthpab.json').exists()
-        self._cache = {}
+        self._cache, self._checked = {}, set()                       # records per split; (split, pose, open_images) that check_files passed
 
     def annotation_files(self, split: str) -> list[Path]:
         "Annotation files of `split`: train, train_decouple, val, test, ucc, heldout or weather:<name>."
@@ -150,20 +165,31 @@ class PABFolder:
     def image_path(self, rel: str) -> Path: return self.root / rel
     def pose_path(self, rel: str) -> Path: return self.root / 'pose' / rel
 
-    def check_files(self, split: str, pose: bool = True, progress: bool = False) -> None:
-        "Raise a PABError naming the first missing image, pose map or unresolved counterpart of `split`."
+    def check_files(self, split: str, pose: bool = True, progress: bool = False,
+                    open_images: bool = True,   # open every image and pose map with `check_image`; False: existence only
+                   ) -> None:
+        "Raise a PABError naming the first missing or unreadable image or pose map, or unresolved counterpart, of `split` (once per PABFolder)."
+        if (split, pose, open_images) in self._checked: return
         recs, locs = self._read(split)
+        opened = set()                                               # a counterpart is another record's image: opened once
         for r, where in zip(show_progress(recs, progress), locs):
             for rel in [r['image']] + (['train/' + r['hard_i']] if 'hard_i' in r else []):
-                if not self.image_path(rel).exists(): raise PABError(f"{where}: image not found: {self.image_path(rel)}")
-                if pose and not self.pose_path(rel).exists():
-                    raise PABError(f"{where}: pose map not found: {self.pose_path(rel)}; this method reads pose maps: make them with "
-                                   "tpas_nb.data.convert.write_pose_maps (05_convert, 'Pose maps'), or train a method without pose (xvlm)")
+                img, pm = self.image_path(rel), self.pose_path(rel)
+                if not img.exists(): raise PABError(f"{where}: image not found: {img}")
+                if pose and not pm.exists():
+                    need, rest = pose_methods()
+                    raise PABError(f"{where}: pose map not found: {pm}; {', '.join(need)} read a pose map with every image (pose=True): "
+                                   "make the missing ones with tpas_nb.data.convert.write_pose_maps (05_convert, 'Pose maps'), or train "
+                                   f"without pose maps ({', '.join(rest)}, or pose=False; tpas_validate --no-pose checks the rest)")
+                if open_images and rel not in opened:
+                    for f in (img, pm) if pose else (img,): check_image(f, where)
+                    opened.add(rel)
         if split in TRAIN_SPLITS:
             ids = {r['image_id'] for r in recs}
             for r, where in zip(recs, locs):
                 if 'hard_i_id' in r and r['hard_i_id'] not in ids:
                     raise PABError(f"{where}: counterpart hard_i_id {r['hard_i_id']!r} is not the image_id of any training record")
+        self._checked.add((split, pose, open_images))
 
 # %% ../../nbs/04_pab.ipynb #32999dcb
 SPECIALS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
@@ -431,14 +457,31 @@ def split_stats(folder: PABFolder, split: str) -> dict:
                 mean_words=round(float(np.mean([len(c.split()) for c in caps])), 1),
                 scenes=len({r['scene'] for r in recs}))
 
-def validate_pab(root, pose: bool = True, progress: bool = False) -> list[dict]:
+def has_pose_maps(folder: PABFolder) -> bool:
+    "Whether the root has pose maps at all (a non-empty pose/ folder)."
+    p = folder.root / 'pose'
+    return p.is_dir() and any(p.iterdir())
+
+def pose_note(root) -> str:
+    "What a root without pose maps serves, and what the methods that read them need."
+    need, rest = pose_methods()
+    return (f"no pose maps ({Path(root) / 'pose'}): {', '.join(rest)} train and evaluate on it; {', '.join(need)} read a pose map "
+            "with every image (pose=True): make them with tpas_nb.data.convert.write_pose_maps (05_convert, 'Pose maps'), "
+            "or run them with pose=False")
+
+def validate_pab(root,
+                 pose: bool | None = None,   # require a pose map for every image; None: if the root has pose maps (`has_pose_maps`)
+                 progress: bool = False,
+                 open_images: bool = True,   # open every image and pose map (`check_image`); False: existence only
+                ) -> list[dict]:             # statistics per split (`split_stats`)
     "Check every split of a PAB root (raises PABError on the first problem) and return its statistics."
     folder = PABFolder(root)
     splits = folder.splits()
     if not {*TRAIN_SPLITS, 'test'} & set(splits): raise PABError(f"{folder.root}: neither a train nor a test split")
+    if pose is None: pose = has_pose_maps(folder)
     stats = []
     for s in splits:
-        folder.check_files(s, pose=pose, progress=progress)
+        folder.check_files(s, pose=pose, progress=progress, open_images=open_images)
         stats.append(split_stats(folder, s))
     return stats
 
@@ -446,13 +489,19 @@ def validate_cli(argv=None):
     "Console script `tpas_validate`: check a PAB folder and print its statistics."
     ap = argparse.ArgumentParser(prog='tpas_validate', description='Check a PAB (or SynthPAB) folder and print its statistics.')
     ap.add_argument('root')
-    ap.add_argument('--no-pose', action='store_true', help='do not require pose maps')
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument('--pose', dest='pose', action='store_const', const=True,
+                     help='require a pose map for every image (what methods with pose=True read); default: if the root has pose maps')
+    how.add_argument('--no-pose', dest='pose', action='store_const', const=False, help='do not check pose maps')
+    ap.add_argument('--no-image-check', action='store_true', help='check that images exist without opening them: opening every '
+                    'image and pose map (PIL, header only) is the slow part on a million-image root; 04_pab measures it')
     a = ap.parse_args(argv)
-    try: stats = validate_pab(a.root, pose=not a.no_pose, progress=sys.stderr.isatty())
+    try: stats = validate_pab(a.root, pose=a.pose, progress=sys.stderr.isatty(), open_images=not a.no_image_check)
     except PABError as e:
         print(f'tpas_validate: INVALID: {e}', file=sys.stderr)
         raise SystemExit(1)
-    synthetic = PABFolder(a.root).synthetic
+    folder = PABFolder(a.root)
+    synthetic = folder.synthetic
     cols = ['split', 'records', 'images', 'ids', 'queries', 'normal', 'anomaly', 'mean_words', 'scenes']
     if not synthetic: cols.append('published')
     rows = []
@@ -462,6 +511,7 @@ def validate_cli(argv=None):
             s['published'] = f"{pub:,} records, {PAB_STATS['mean_words']} words" if pub else ''
         rows.append([str(s[c]) for c in cols])
     w = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
-    print(f"{a.root}: valid {'SynthPAB' if synthetic else 'PAB'} folder")
+    print(f"{a.root}: valid {'SynthPAB' if synthetic else 'PAB'} folder" + (' (images not opened: --no-image-check)' if a.no_image_check else ''))
     print('  '.join(c.ljust(w[i]) for i, c in enumerate(cols)))
     for r in rows: print('  '.join(v.ljust(w[i]) for i, v in enumerate(r)))
+    if a.pose is None and not has_pose_maps(folder): print(pose_note(a.root))
