@@ -1,13 +1,26 @@
 """Write README.md from nbs/index.ipynb without Quarto (nbdev_readme needs Quarto, which these machines lack).
-Markdown cells are copied, except one that introduces a code cell's output (a figure shown on the docs site).
+Markdown cells are copied, and so is the Markdown that a code cell displays (a table or a sentence rendered from the
+committed records); a markdown cell that only introduces a code cell's figure is left out (the figure is for the docs site).
 Usage: python .ci/make_readme.py [--check]   (--check: exit 1 if README.md is out of date)"""
 import json, sys
 from pathlib import Path
 
 root = Path(__file__).resolve().parent.parent
 cells = json.loads((root / 'nbs/index.ipynb').read_text())['cells']
-keep = [''.join(c['source']).strip() for i, c in enumerate(cells)
-        if c['cell_type'] == 'markdown' and not (i + 1 < len(cells) and cells[i + 1]['cell_type'] == 'code')]
+
+def markdown_out(cell) -> str:
+    "The text/markdown a code cell displays, joined ('' for none)."
+    return '\n\n'.join(''.join(o['data']['text/markdown']).strip() for o in cell.get('outputs', [])
+                       if 'text/markdown' in o.get('data', {}))
+
+def introduces_figure(i) -> bool:
+    "A markdown cell followed by a code cell that shows no Markdown (a figure for the docs site)."
+    return i + 1 < len(cells) and cells[i + 1]['cell_type'] == 'code' and not markdown_out(cells[i + 1])
+
+keep = []
+for i, c in enumerate(cells):
+    if c['cell_type'] == 'markdown' and not introduces_figure(i): keep.append(''.join(c['source']).strip())
+    elif c['cell_type'] == 'code' and (md := markdown_out(c)): keep.append(md)
 out = ('<!-- generated from nbs/index.ipynb by .ci/make_readme.py: edit the notebook, not this file -->\n\n'
        + '\n\n'.join(keep) + '\n')
 if '--check' in sys.argv:

@@ -110,6 +110,7 @@ class DataConfig:
     synth_heldout_pairs: int = -1   # SynthPAB pairs in the held-out drawing style, which no training sees (01_synthpab); -1 = half of synth_test_pairs
     synth_image_size: int = 96      # SynthPAB image side in pixels
     synth_weather: bool = True      # also write the nine multi-weather copies of the test set
+    synth_version: int = 3          # SynthPAB's generator version (01_synthpab, SPECS); 3 for runs written before the field existed
     train_split: str = 'train'      # training annotations: 'train' (annotation/train, PAB) or 'train_decouple' (SeDA's decomposed captions, 04_pab)
     train_subset: int = 0           # train on this many records only, drawn whole people at a time (0 = all; the 0.1M protocol: 100000)
     train_subset_seed: int = 0      # seed of the train_subset draw (the same subset for every run seed)
@@ -233,16 +234,23 @@ _CPU_V2 = [   # the cpu profile until 2026-12-03: the version-2 start; the grids
     ('*', 'optim.warmup_steps', 50, '42_pretrain'),
 ]
 
+_CPU_V3 = [   # the tiny preset on a laptop's CPU, fine-tuning the shipped version-3 tiny X-VLM; the recipe is measured in 42_pretrain
+    *[r for r in _CPU_V2 if r[1] not in ('init_checkpoint', 'optim.lr', 'optim.lr_min')],
+    ('*', 'init_checkpoint', 'pretrained-v3', '42_pretrain: the version-3 tiny X-VLM (three stages, 7.85 CPU hours) that ships in tpas_nb/weights'),
+    ('*', 'optim.lr', 5e-4, '42_pretrain, Fine-tuning from the version-3 start (lr 2e-3 was tuned on the version-2 start)'),
+    ('*', 'optim.lr_min', 5e-5, "lr / 10, the papers' ratio"),
+    ('*', 'wise_alpha', 0.5, 'WiSE-FT (Wortsman et al., CVPR 2022): its α without out-of-style validation data; 42_pretrain, Keeping the start'),
+    ('*', 'dropout', 0.0, '42_pretrain, Dropout off: three seeds, test +1.92 R@1 (p 0.03), re-ranking cost 2.9 -> 0.87; 40_training: 1.28-1.35x a step'),
+]
+
 PROFILE_SETTINGS: dict[str, list[tuple]] = {   # profile -> rows (method, or '*' for every method; RunConfig path; value; source)
-    'cpu': [   # the tiny preset on a laptop's CPU, fine-tuning the shipped version-3 tiny X-VLM; the recipe is measured in 42_pretrain
-        *[r for r in _CPU_V2 if r[1] not in ('init_checkpoint', 'optim.lr', 'optim.lr_min')],
-        ('*', 'init_checkpoint', 'pretrained-v3', '42_pretrain: the version-3 tiny X-VLM (three stages, 7.85 CPU hours) that ships in tpas_nb/weights'),
-        ('*', 'optim.lr', 5e-4, '42_pretrain, Fine-tuning from the version-3 start (lr 2e-3 was tuned on the version-2 start)'),
-        ('*', 'optim.lr_min', 5e-5, "lr / 10, the papers' ratio"),
-        ('*', 'wise_alpha', 0.5, 'WiSE-FT (Wortsman et al., CVPR 2022): its α without out-of-style validation data; 42_pretrain, Keeping the start'),
-        ('*', 'dropout', 0.0, '42_pretrain, Dropout off: three seeds, test +1.92 R@1 (p 0.03), re-ranking cost 2.9 -> 0.87; 40_training: 1.28-1.35x a step'),
-    ],
+    'cpu': _CPU_V3,
     'cpu-v2': _CPU_V2,
+    'cpu-v4': [   # the cpu profile on SynthPAB version 4 (calibrated on the papers' baseline rows, 01_synthpab) and its own start
+        *[r for r in _CPU_V3 if r[1] != 'init_checkpoint'],
+        ('*', 'init_checkpoint', 'pretrained-v4', '42_pretrain: the version-4 tiny X-VLM, pretrained on the version-4 corpus, that ships in tpas_nb/weights'),
+        ('*', 'data.synth_version', 4, '01_synthpab: version 4, calibrated on the X-VLM rows of CMP Tables 2-6 and GradCO Table 6'),
+    ],
     'paper': [   # the papers' fine-tuning of X-VLM on GPUs: CMP's recipe, which SeDA repeats; a method row replaces a '*' row
         ('*', 'preset', 'paper', 'CMP §4.3, §5, App. B.1: Swin-B at 224 px, BERT-base as 6 text + 6 cross layers, 56 tokens'),
         ('*', 'init_checkpoint', '', 'CMP §5 "initialized by X-VLM": 16m_base_model_state_step_199999.th (CMP README); give its path'),
@@ -294,7 +302,7 @@ def profile_table(profile: str):
 FLAT_ALIASES = {   # flat parameter -> dotted RunConfig path, where the field's own name would be unclear at the top level
     'data_root': 'data.root', 'train_pairs': 'data.synth_train_pairs', 'val_pairs': 'data.synth_val_pairs',
     'test_pairs': 'data.synth_test_pairs', 'ucc_pairs': 'data.synth_ucc_pairs', 'heldout_pairs': 'data.synth_heldout_pairs', 'image_size': 'data.synth_image_size',
-    'cache_dir': 'data.cache_dir', 'vocab': 'data.vocab', 'num_workers': 'data.num_workers', 'paired': 'data.paired',
+    'cache_dir': 'data.cache_dir', 'synth_version': 'data.synth_version', 'vocab': 'data.vocab', 'num_workers': 'data.num_workers', 'paired': 'data.paired',
     'random_erasing': 'data.random_erasing', 'eda_p': 'data.eda_p', 'eda_synonyms': 'data.eda_synonyms', 'hflip': 'data.hflip', 'train_split': 'data.train_split',
     'train_subset': 'data.train_subset', 'train_subset_seed': 'data.train_subset_seed', 'image_cache_mib': 'data.image_cache_mib', 'token_cache': 'data.token_cache',
     **{k: f'optim.{k}' for k in ('lr', 'lr_min', 'warmup_steps', 'weight_decay', 'schedule', 'lr_mult_new', 'lr_mult_cross', 'grad_clip')}}

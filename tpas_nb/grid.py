@@ -18,14 +18,15 @@ from .methods import method_key
 from .methods.seda import ABLATION_ROWS
 from .methods.qcalign import QCT_ARMS
 from .methods.gradco import GRADCO_ARMS
+from .data.weather import WEATHERS
 
 # %% auto #0
-__all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'TEST_REPLICAS', 'GRID_PROFILE', 'GRID_FIELDS', 'RUN_STATES',
-           'DIAGNOSE_GRIDS', 'METRICS', 'DIAGNOSTICS', 'RERANK_COLUMNS', 'DRAW_METRICS', 'REPLICA_VARIANT',
-           'RERANK_SPLITS', 'RERANK_OFF', 'RECORD_FILES', 'replica_split', 'merge', 'grid_budget', 'arm_slug',
-           'arm_from_slug', 'run_dir', 'run_state', 'grid_arms', 'grid_config', 'same_config', 'grid_status',
-           'find_same_run', 'finished_runs', 'diagnose_grid', 'run_grid', 'flatten_metrics', 'collect', 'summarise',
-           'paired_delta', 'grid_hours', 'run_hits', 'seed_variance', 'test_replica', 'split_folder',
+__all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'FINAL_SPLITS_OF', 'TEST_REPLICAS', 'GRID_PROFILE', 'GRID_FIELDS',
+           'RUN_STATES', 'DIAGNOSE_GRIDS', 'METRICS', 'DIAGNOSTICS', 'RERANK_COLUMNS', 'DRAW_METRICS',
+           'REPLICA_VARIANT', 'RERANK_SPLITS', 'RERANK_OFF', 'RECORD_FILES', 'replica_split', 'merge', 'grid_budget',
+           'arm_slug', 'arm_from_slug', 'run_dir', 'run_state', 'grid_arms', 'grid_config', 'same_config',
+           'grid_status', 'find_same_run', 'finished_runs', 'diagnose_grid', 'run_grid', 'flatten_metrics', 'collect',
+           'summarise', 'paired_delta', 'grid_hours', 'run_hits', 'seed_variance', 'test_replica', 'split_folder',
            'evaluate_replicas', 'replicas_grid', 'rerank_study', 'fused_r1', 'rerank_grid', 'check_records',
            'parse_sets', 'grid_cli']
 
@@ -42,6 +43,10 @@ GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper print
                 'X-VLM': ('xvlm', {}), 'X-VLM +QC-Align': ('xvlm', QCT_ARMS['+QC-Align'])},
     'gradco': {'CMP': ('cmp', {}), 'X-VLM (baseline)': ('xvlm', {}),                # GradCO's own baseline is X2-VLM (its Table 1, Fig. 15)
                **{arm: ('gradco', sw) for arm, sw in GRADCO_ARMS.items()}},
+    'calibration': {   # the controls a SynthPAB version is calibrated on (43_calibration): the X-VLM rows, never a method's
+        'X-VLM zero-shot': ('xvlm', {}, {'epochs': 0}),
+        'X-VLM (baseline)': ('xvlm', {}),
+        'X-VLM, a tenth of train': ('xvlm', {}, {'data': {'train_subset': 1000}})},
 }
 
 # %% ../nbs/41_grid.ipynb #82239887
@@ -51,8 +56,10 @@ GRID_ROUNDS: dict[str, tuple[str, dict, dict]] = {   # records root's folder nam
     'grid_v2': ('cpu-v2', {'k_test': 32}, {}),  # the first round (2026-11-30 to 12-02): the version-2 start, re-ranking the top 32
     'grid_seda_lr5': ('cpu', {},                # a controlled measurement of the current round: SeDA's new layers under GradCO's setting
                       {'seda': {'wise_alpha': 1.0, 'optim': {'lr_mult_new': 5.0}}}),    # (95_tables, SeDA: what its seed spread is made of)
+    'grid_calib_v4': ('cpu-v4', {}, {}),        # SynthPAB version 4's calibration on the X-VLM rows (43_calibration)
 }
 GRID_FINAL_SPLITS = ('test', 'ucc', 'heldout', 'weather:dark')   # every grid run is evaluated on these at its end (issue 30: robustness per row)
+FINAL_SPLITS_OF = {'calibration': ('test', 'ucc', 'heldout', *(f'weather:{w}' for w in WEATHERS[1:]))}   # grids evaluated on more: every condition of Table 2
 TEST_REPLICAS = 3   # ... and on this many fresh draws of SynthPAB's test split ('test@1'...): R@1 over 4 × 2,000 queries ('Four draws of the test split')
 
 def replica_split(k: int) -> str:
@@ -228,7 +235,7 @@ def run_grid(grid: str,                          # a key of GRIDS
     if replicas is None: replicas = TEST_REPLICAS if train_fn is None else 0
     if train_fn is None and not dry_run:
         from tpas_nb.train import train
-        train_fn = functools.partial(train, final_splits=GRID_FINAL_SPLITS)
+        train_fn = functools.partial(train, final_splits=FINAL_SPLITS_OF.get(grid, GRID_FINAL_SPLITS))
     rows, changed = [], []
     for i, (seed, arm, config) in enumerate(plan):
         out, t0 = Path(config.out_dir), time.time()
@@ -459,7 +466,7 @@ def test_replica(data_root,  # a SynthPAB folder (synthpab.json)
     out = Path(f'{root}_replicas') / f'seed{k}_{pairs}pairs'
     out.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out) + '.lock'):                                # two grid processes may ask for the same draw
-        return make_test_variant(out, REPLICA_VARIANT, pairs, seed=meta['seed'] + k, image_size=meta['image_size'])
+        return make_test_variant(out, REPLICA_VARIANT, pairs, seed=meta['seed'] + k, image_size=meta['image_size'], version=meta.get('version', 3))
 
 def _reused_source(f: Path) -> Path | None:
     "The run folder that the grid run `f` reuses (grid.json's `reused_from`, under f's own records root), or None."

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from .config import RunConfig, DataConfig, OptimConfig, BackboneConfig, PROFILES, to_dict, load_config
-from .data.synth import ensure_pretrain_corpus, PRETRAIN_ANOMALY_RATE, SYNTHPAB_VERSION
+from .data.synth import ensure_pretrain_corpus, synth_spec, SYNTHPAB_VERSION
 from .data.pab import PABFolder, pab_tokenizer
 from .models.encoders import PRETRAINED, weights_dir, to_xvlm_state_dict
 from .methods import from_flat
@@ -20,34 +20,41 @@ from .runs import build_run_method, load_weights, save_weights, atomic_write, re
 from .train import Callback
 
 # %% auto #0
-__all__ = ['PRETRAIN_CORPUS', 'PRETRAIN_RECIPE', 'RECIPE_TRIALS', 'corpus_dir', 'pretrain_config', 'corpus_digest', 'loss_curve',
-           'checkpoint_paths', 'write_checkpoint', 'export_checkpoint', 'pretrain_curve', 'EpochWeightsCB',
-           'corpus_vocab', 'pretrain', 'zero_shot_metrics', 'pretrain_cli', 'stage_overrides', 'wise_ft',
-           'wise_ft_sweep', 'recipe_trial']
+__all__ = ['PRETRAIN_CORPORA', 'PRETRAIN_CORPUS', 'PRETRAIN_RECIPE', 'PRETRAIN_RECIPES', 'RECIPE_TRIALS', 'corpus_dir',
+           'pretrain_config', 'corpus_digest', 'loss_curve', 'checkpoint_paths', 'write_checkpoint',
+           'export_checkpoint', 'pretrain_curve', 'EpochWeightsCB', 'corpus_vocab', 'pretrain', 'zero_shot_metrics',
+           'pretrain_cli', 'stage_overrides', 'wise_ft', 'wise_ft_sweep', 'recipe_trial']
 
 # %% ../nbs/42_pretrain.ipynb #73a85dba
-PRETRAIN_CORPUS = dict(images=200_000, val_pairs=250, image_size=96, seed=0, anomaly_rate=PRETRAIN_ANOMALY_RATE)   # make_pretrain_corpus
+PRETRAIN_CORPORA = {   # SynthPAB version -> make_pretrain_corpus parameters of its corpus
+    v: dict(images=200_000, val_pairs=250, image_size=96, seed=0, anomaly_rate=synth_spec(v).corpus['anomaly_rate'], version=v) for v in (3, 4)}
+PRETRAIN_CORPUS = PRETRAIN_CORPORA[SYNTHPAB_VERSION]   # the newest
 
 PRETRAIN_RECIPE = dict(   # the RunConfig of the pretraining run (fields as in 00_config); each choice is discussed below
     method='xvlm', preset='tiny', init_checkpoint='', seed=0, device='cpu',
     method_args=dict(itm_neg_temp=0.05, itm_frac=0.5, mlm_frac=0.25, contrast_pairs=True),
     epochs=6, batch_size=64, k_test=32, checkpoint_every=500, data=dict(num_workers=1),
     optim=dict(lr=1e-3, lr_min=1e-4, warmup_steps=1000))
+PRETRAIN_RECIPES = {   # SynthPAB version -> the recipe of its first stage
+    3: PRETRAIN_RECIPE,                                        # then two stages at lr 5e-4 without dropout (stage_overrides)
+    4: dict(PRETRAIN_RECIPE, dropout=0.0, epochs=12),          # one stage: version 3's later stages showed dropout 0 learns faster
+}
 
 def corpus_dir(cache_dir: str = '', corpus: dict = PRETRAIN_CORPUS) -> Path:
     "Where the pretraining corpus of these parameters lives: <cache>/synthpab_pretrain_<hash of parameters and generator version>."
     base = Path(cache_dir or os.environ.get('TPAS_NB_CACHE') or Path.home() / '.cache' / 'tpas_nb').expanduser()
-    key = json.dumps(dict(corpus, version=SYNTHPAB_VERSION), sort_keys=True)
+    key = json.dumps({**corpus, 'version': corpus.get('version', 3)}, sort_keys=True)
     return base / f"synthpab_pretrain_{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
 def pretrain_config(out_dir='runs/pretrain', # the run folder
                     root='',                 # the corpus folder (default: corpus_dir())
+                    version: int = SYNTHPAB_VERSION,   # whose recipe (PRETRAIN_RECIPES)
                     **overrides,             # RunConfig fields replacing the recipe's (nested dicts merged)
                    ) -> RunConfig:
     "The RunConfig of the pretraining run."
-    d = json.loads(json.dumps(PRETRAIN_RECIPE))
+    d = json.loads(json.dumps(PRETRAIN_RECIPES[version]))
     for k, v in overrides.items(): d[k] = {**d[k], **v} if isinstance(v, dict) and isinstance(d.get(k), dict) else v
-    d['data'] = {**d.get('data', {}), 'root': str(root or corpus_dir())}
+    d['data'] = {**d.get('data', {}), 'root': str(root or corpus_dir(corpus=PRETRAIN_CORPORA[version])), 'synth_version': version}
     from tpas_nb.config import from_dict
     return from_dict(RunConfig, {**d, 'out_dir': str(out_dir)})
 
@@ -126,7 +133,7 @@ def pretrain_curve(run_dir,                 # a pretraining run folder with epoc
         step, here = load_weights(method, f), out_dir / f'epoch{f.stem}'
         paths = checkpoint_paths(here, config.preset)
         write_checkpoint(method, tok, paths, step)
-        zs = zero_shot_metrics(paths['weights'], here / 'run', cache_dir, progress)
+        zs = zero_shot_metrics(paths['weights'], here / 'run', cache_dir, progress, config.data.synth_version)
         row = dict(epoch=int(f.stem), samples=step * config.global_batch())
         for s, r in zs.items():
             if isinstance(r, dict) and 'R1' in r: row.update({f'{s} R@1': r['R1'], f'{s} hard-pair': r['hard_pair_acc'], f'{s} ITC R@1': r['itc_R1']})
@@ -143,13 +150,13 @@ class EpochWeightsCB(Callback):
             (t.setup.out / 'epochs').mkdir(exist_ok=True)
             save_weights(t.model, t.setup.out / 'epochs' / f'{t.st.epoch}.safetensors', t.st.step)
 
-def corpus_vocab(root) -> Path:
-    "The pretraining run's vocabulary, built from the grammar (`build_vocab(grammar_captions())`) once and kept in the corpus folder."
+def corpus_vocab(root, version: int = 3) -> Path:
+    "The pretraining run's vocabulary, built from the grammar (`build_vocab(grammar_captions(version=version))`) once and kept in the corpus folder."
     path = Path(root) / 'grammar_vocab.txt'
     if not path.exists():
         from tpas_nb.data.pab import build_vocab
         from tpas_nb.data.synth import grammar_captions
-        atomic_write(path, lambda p: p.write_text('\n'.join(build_vocab(grammar_captions())) + '\n', encoding='utf-8'))
+        atomic_write(path, lambda p: p.write_text('\n'.join(build_vocab(grammar_captions(version=version))) + '\n', encoding='utf-8'))
     return path
 
 def pretrain(out_dir='runs/pretrain',          # the run folder (resumed when it exists)
@@ -164,25 +171,26 @@ def pretrain(out_dir='runs/pretrain',          # the run folder (resumed when it
             ) -> Path:                         # the run folder
     "Generate (or reuse) the corpus, train the recipe (resuming a killed run) and, once it is done, export the checkpoint."
     dest = dest or Path(out_dir) / 'export'
+    version = corpus.get('version', 3)
     root = ensure_pretrain_corpus(corpus_dir(cache_dir, corpus), **corpus, progress=progress)
-    vocab = corpus_vocab(root)
-    run = train(pretrain_config(out_dir, root, **{'data': {'vocab': str(vocab)}, **overrides}), progress=progress, stop_after=stop_after,
+    vocab = corpus_vocab(root, version)
+    run = train(pretrain_config(out_dir, root, version, **{'data': {'vocab': str(vocab)}, **overrides}), progress=progress, stop_after=stop_after,
                 callbacks=(EpochWeightsCB(),))
     if not (run / 'metrics.json').exists(): return run                       # stopped on purpose
-    extra = dict(corpus=dict(corpus, digest=corpus_digest(root), generator_version=SYNTHPAB_VERSION,
+    extra = dict(corpus=dict(corpus, digest=corpus_digest(root), generator_version=version,
                              written=json.loads((root / 'synthpab.json').read_text())))
     paths = export_checkpoint(run, dest, command or f"pretrain(out_dir={str(out_dir)!r}, **{overrides})", extra)
     if zero_shot:
         prov = json.loads(paths['provenance'].read_text())
-        prov['zero_shot'] = zero_shot_metrics(paths['weights'], Path(out_dir) / 'zero_shot', cache_dir, progress)
+        prov['zero_shot'] = zero_shot_metrics(paths['weights'], Path(out_dir) / 'zero_shot', cache_dir, progress, version)
         atomic_write(paths['provenance'], lambda p: p.write_text(json.dumps(prov, indent=1)))
     return run
 
-def zero_shot_metrics(weights, out_dir, cache_dir: str = '', progress: bool = False) -> dict:
-    "The checkpoint as it is (xvlm, epochs 0) on the default SynthPAB's test and ucc, and its action probes on val."
+def zero_shot_metrics(weights, out_dir, cache_dir: str = '', progress: bool = False, version: int = 3) -> dict:
+    "The checkpoint as it is (xvlm, epochs 0) on the default SynthPAB (of `version`)'s test and ucc, and its action probes on val."
     from tpas_nb.eval.diagnostics import action_probe
     side = Path(weights).with_suffix('.vocab.txt')   # the checkpoint's own vocabulary, which SynthPAB folders use once it ships
-    cfg = from_flat('cpu', method='xvlm', epochs=0, init_checkpoint=str(weights), out_dir=str(out_dir), cache_dir=cache_dir or None,
+    cfg = from_flat('cpu', method='xvlm', epochs=0, init_checkpoint=str(weights), out_dir=str(out_dir), cache_dir=cache_dir or None, synth_version=version,
                     **({'vocab': str(side)} if side.exists() else {}))
     run = train(cfg, progress=progress)
     m = json.loads((run / 'metrics.json').read_text())
@@ -201,6 +209,8 @@ def pretrain_cli(argv=None):
     ap.add_argument('--threads', type=int, default=0, help='torch CPU threads (default: one per core)')
     ap.add_argument('--stop-after', type=int, default=0, help='stop after this many steps (resumable)')
     ap.add_argument('--no-progress', action='store_true')
+    ap.add_argument('--synthpab-version', type=int, default=SYNTHPAB_VERSION, choices=sorted(PRETRAIN_CORPORA),
+                    help=f'the SynthPAB version of the corpus and its recipe (default: the newest, {SYNTHPAB_VERSION})')
     stage = ap.add_argument_group('a further stage', 'continue from an exported checkpoint with a schedule of its own, in a new --out-dir')
     stage.add_argument('--init-checkpoint', default='', help="the previous stage's exported weights (its .vocab.txt beside them)")
     stage.add_argument('--epochs', type=int, default=0, help=f"epochs of this stage (default: the recipe's {PRETRAIN_RECIPE['epochs']})")
@@ -208,7 +218,7 @@ def pretrain_cli(argv=None):
     stage.add_argument('--dropout', type=float, default=-1.0, help="dropout, attention dropout and drop-path of the backbone (default: the preset's, 0.1)")
     a = ap.parse_args(argv)
     if a.threads: torch.set_num_threads(a.threads)
-    run = pretrain(a.out_dir, a.cache_dir, a.dest, progress=not a.no_progress, stop_after=a.stop_after,
+    run = pretrain(a.out_dir, a.cache_dir, a.dest, progress=not a.no_progress, stop_after=a.stop_after, corpus=PRETRAIN_CORPORA[a.synthpab_version],
                    command=' '.join(['tpas_pretrain'] + [shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv)]),
                    **stage_overrides(a.init_checkpoint, a.epochs, a.lr, a.dropout))
     print(run)

@@ -90,13 +90,15 @@ def load_or_embed(path,                 # the .pt file of this embedding
 def synth_params(data: DataConfig) -> dict:
     "`ensure_synthpab` keyword arguments of a DataConfig."
     return dict(train_pairs=data.synth_train_pairs, val_pairs=data.synth_val_pairs, test_pairs=data.synth_test_pairs,
-                ucc_pairs=data.synth_ucc_pairs, heldout_pairs=data.synth_test_pairs // 2 if data.synth_heldout_pairs < 0 else data.synth_heldout_pairs, image_size=data.synth_image_size, weather=data.synth_weather, seed=data.synth_seed)
+                ucc_pairs=data.synth_ucc_pairs, heldout_pairs=data.synth_test_pairs // 2 if data.synth_heldout_pairs < 0 else data.synth_heldout_pairs, image_size=data.synth_image_size, weather=data.synth_weather, seed=data.synth_seed,
+                version=data.synth_version)
 
 def synth_cache_dir(data: DataConfig) -> Path:
     "Where the SynthPAB of these parameters lives: <cache>/synthpab_<hash of parameters and generator version>."
-    from tpas_nb.data.synth import SYNTHPAB_VERSION
     base = Path(data.cache_dir or os.environ.get('TPAS_NB_CACHE') or Path.home() / '.cache' / 'tpas_nb').expanduser()
-    key = json.dumps(dict(synth_params(data), version=SYNTHPAB_VERSION), sort_keys=True)
+    from tpas_nb.data.synth import spec_digest
+    params = synth_params(data)
+    key = json.dumps(params if data.synth_version == 3 else dict(params, spec=spec_digest(data.synth_version)), sort_keys=True)   # version 3's folders keep their name
     return base / f"synthpab_{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
 def resolve_data_root(data: DataConfig, progress: bool = True) -> Path:

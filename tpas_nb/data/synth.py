@@ -5,7 +5,7 @@
 # %% ../../nbs/01_synthpab.ipynb #43fae81d
 from __future__ import annotations
 import argparse, json, math, os, re, shutil, sys, time
-from dataclasses import dataclass, asdict, replace
+from dataclasses import dataclass, asdict, field, replace
 from io import BytesIO
 from multiprocessing import get_context
 from pathlib import Path
@@ -15,16 +15,17 @@ from PIL import Image, ImageDraw, ImageFilter, ImageEnhance, ImageOps
 
 from ..config import progress as show_progress
 from .pose import KP, render_pose_map, check_pose
-from .weather import WEATHERS, apply_weather
+from .weather import WEATHERS, SEVERITY, Severity, apply_weather
 
 # %% auto #0
-__all__ = ['COLOURS', 'HAIR_COLOURS', 'SKIN', 'TOPS', 'BOTTOMS', 'HAIR', 'ACCESSORIES', 'BUILDS', 'GENDERS', 'NORMAL_ACTIONS',
-           'ANOMALIES', 'SCENES', 'UCC_SCENES', 'PRETRAIN_SCENES', 'LIMB_LEN', 'POSES', 'STYLES', 'CAMERAS', 'GRAMMARS',
-           'SPLITS', 'SPLIT_FILES', 'TRAIN_CHUNK', 'SYNTHPAB_VERSION', 'OOD_VARIANTS', 'PRETRAIN_ANOMALY_RATE',
-           'CORPUS_MIX', 'SAME_PERSON_RATE', 'LOOKALIKE_RATE', 'Person', 'sample_person', 'pose_keypoints',
-           'draw_scene', 'Camera', 'render_person', 'appearance_phrase', 'make_caption', 'grammar_captions',
-           'render_pair', 'make_synthpab', 'ensure_synthpab', 'make_test_variant', 'sample_camera',
-           'render_corpus_unit', 'make_pretrain_corpus', 'ensure_pretrain_corpus', 'show_pairs', 'synthpab_cli']
+__all__ = ['COLOURS', 'HAIR_COLOURS', 'SKIN', 'TOPS', 'BOTTOMS', 'HAIR', 'ACCESSORIES', 'BUILDS', 'GENDERS', 'PATTERNS',
+           'VAGUE_COLOURS', 'NORMAL_ACTIONS', 'ANOMALIES', 'SCENES', 'UCC_SCENES', 'PRETRAIN_SCENES', 'LIMB_LEN',
+           'POSES', 'STYLES', 'CAMERAS', 'OCCLUDERS', 'GRAMMARS', 'CAMERAS_V4', 'SPECS', 'SYNTHPAB_VERSION', 'SPLITS',
+           'SPLIT_FILES', 'TRAIN_CHUNK', 'OOD_VARIANTS', 'CORPUS_MIX', 'Person', 'sample_person', 'pose_keypoints',
+           'blend_pose', 'draw_scene', 'Camera', 'Shot', 'render_person', 'appearance_phrase', 'make_caption',
+           'grammar_captions', 'SynthSpec', 'spec_digest', 'synth_spec', 'render_pair', 'make_synthpab',
+           'ensure_synthpab', 'make_test_variant', 'sample_camera', 'render_corpus_unit', 'make_pretrain_corpus',
+           'ensure_pretrain_corpus', 'show_pairs', 'synthpab_cli']
 
 # %% ../../nbs/01_synthpab.ipynb #44e17d37
 COLOURS = {  # name: RGB
@@ -43,6 +44,8 @@ ACCESSORIES = {'none': (), 'backpack': ('carrying a backpack', 'with a backpack 
                'cap': ('wearing a cap', 'with a cap on the head'), 'bag': ('carrying a shoulder bag', 'with a bag over one shoulder')}
 BUILDS = {'slim': ('slim', 'thin', 'slender'), 'average': ('', 'medium-built'), 'heavy': ('heavy-set', 'stocky', 'broad')}
 GENDERS = {'man': ('man', 'guy', 'male pedestrian'), 'woman': ('woman', 'lady', 'female pedestrian')}
+PATTERNS = {'plain': '', 'striped': 'with {} stripes', 'sleeves': 'with {} sleeves'}   # version 4: a top's pattern, in its second colour
+VAGUE_COLOURS = {'dark': ('black', 'grey', 'brown', 'blue', 'purple', 'green'), 'light': ('white', 'yellow', 'pink', 'orange')}   # a CCTV captioner's words ('red' stays red)
 
 NORMAL_ACTIONS = {
     'standing': ('standing still', 'standing upright', 'standing'),
@@ -105,8 +108,13 @@ class Person:
     bottom_colour: str
     shoes: str
     accessory: str
+    pattern: str = 'plain'   # version 4: a pattern of the top (PATTERNS) ...
+    second_colour: str = ''  # ... in this colour
+    scarf: str = ''          # version 4: the colour of a scarf ('' = none)
 
-def sample_person(rng: np.random.Generator) -> Person:
+def sample_person(rng: np.random.Generator,
+                  version: int = 3, # 4: also a pattern of the top and a scarf
+                 ) -> Person:
     "Draw an identity's appearance."
     pick = lambda xs: xs[rng.integers(len(xs))]
     gender = pick(list(GENDERS))
@@ -116,7 +124,15 @@ def sample_person(rng: np.random.Generator) -> Person:
     return Person(gender=gender, build=pick(list(BUILDS)), skin=int(rng.integers(len(SKIN))),
                   hair=pick(list(HAIR)), hair_colour=pick(list(HAIR_COLOURS)), top=pick(list(TOPS)),
                   top_colour=top_colour, bottom=pick(bottoms), bottom_colour=bottom_colour,
-                  shoes=pick(['black', 'white', 'brown', 'grey']), accessory=pick(list(ACCESSORIES)))
+                  shoes=pick(['black', 'white', 'brown', 'grey']), accessory=pick(list(ACCESSORIES)),
+                  **(_person_v4(rng, top_colour, bottom_colour) if version >= 4 else {}))
+
+def _person_v4(rng: np.random.Generator, top: str, bottom: str) -> dict:
+    "Version 4's further attributes: a patterned top half the time, a scarf a quarter of the time (colours unlike the clothes')."
+    free = [c for c in COLOURS if c not in (top, bottom)]
+    pattern = list(PATTERNS)[rng.choice(3, p=[0.5, 0.25, 0.25])]
+    return dict(pattern=pattern, second_colour=free[rng.integers(len(free))] if pattern != 'plain' else '',
+                scarf=free[rng.integers(len(free))] if rng.random() < 0.25 else '')
 
 # %% ../../nbs/01_synthpab.ipynb #b1ff30c0
 LIMB_LEN = dict(torso=0.30, neck=0.05, head=0.11, upper_arm=0.15, lower_arm=0.14, thigh=0.23, shin=0.23)
@@ -155,13 +171,16 @@ def _dir(deg: float) -> np.ndarray:
     a = math.radians(deg)
     return np.array([math.sin(a), math.cos(a)])
 
-def pose_keypoints(action: str, rng: np.random.Generator, jitter: float = 8.0) -> tuple[np.ndarray, dict]:
+def pose_keypoints(action: str, rng: np.random.Generator, jitter: float = 8.0,
+                   pose: dict | None = None,   # the pose's parameters (default POSES[action]; blend_pose for a pose between two)
+                   limbs: dict | None = None,  # limb lengths (default LIMB_LEN)
+                  ) -> tuple[np.ndarray, dict]:
     "COCO-18 joints (18×2, body units, pelvis at the origin, facing right) of a random pose of `action`."
     if action not in POSES:
         raise ValueError(f"unknown action {action!r}; valid actions: {sorted(POSES)}")
-    p = POSES[action]
+    p = pose or POSES[action]
     j = lambda v: v + rng.normal(0, jitter)
-    L = LIMB_LEN
+    L = limbs or LIMB_LEN
     torso, head = j(p.get('torso', 0)), j(p.get('head', 0))
     up = _dir(180 + torso)                       # pelvis → neck
     side = np.array([up[1], -up[0]])             # across the body, towards the facing side
@@ -187,6 +206,19 @@ def pose_keypoints(action: str, rng: np.random.Generator, jitter: float = 8.0) -
     c, s_ = math.cos(math.radians(-body)), math.sin(math.radians(-body))
     k = k @ np.array([[c, -s_], [s_, c]]).T      # rotate the whole figure about the pelvis
     return k, p
+
+def blend_pose(a: str, b: str, t: float) -> dict:
+    "The pose parameters a fraction `t` of the way from action `a`'s to action `b`'s (t = 1: b's own); b's prop from t = ½."
+    if a not in POSES or b not in POSES: raise ValueError(f"unknown action {a if a not in POSES else b!r}; valid actions: {sorted(POSES)}")
+    if not 0 <= t <= 1: raise ValueError(f"t must be in [0, 1], got {t}")
+    pa, pb = POSES[a], POSES[b]
+    mix = lambda x, y: (1 - t) * np.asarray(x, float) + t * np.asarray(y, float)
+    out = {k: tuple(mix(pa[k], pb[k])) for k in ('arm_f', 'arm_b', 'leg_f', 'leg_b')}
+    out.update({k: float(mix(pa.get(k, 0), pb.get(k, 0))) for k in ('torso', 'head', 'lift')})
+    if 'body' in pa or 'body' in pb: out['body'] = float(mix(pa.get('body', 0), pb.get('body', 0)))
+    prop = (pb if t >= 0.5 else pa).get('prop')
+    if prop: out['prop'] = prop
+    return out
 
 # %% ../../nbs/01_synthpab.ipynb #e6c04fc7
 def _jit(rgb, rng, amount=14):
@@ -332,6 +364,18 @@ class Camera:
     weather: str = 'normal'         # a condition of 03_weather laid over the image ('normal' = none)
     companion: bool = False         # a second, smaller person behind the described one
     aspect: float = 1.0             # width / height of the written frame (non-square frames are resized by the loader)
+    proportions: tuple = (1.0, 1.0, 1.0)   # × the legs', arms' and head's size (another build of body)
+    mirror: bool = False            # the backdrop mirrored left to right (another layout of the scene)
+    ground: float = 0.0             # added to the height of the ground line, as a share of the image (< 0: a higher camera)
+
+@dataclass(frozen=True)
+class Shot:
+    "What version 4 draws per image beyond the camera: the moment of the action, the angle of view, an occluder."
+    onset_from: str = ''            # the action the pose is leaving ('' = the action's own pose)
+    t: float = 1.0                  # how far the pose has gone from onset_from towards the action (blend_pose; 1 = all the way)
+    fore: float = 1.0               # the figure's sideways extent × fore: a view at an angle foreshortens what moves across it
+    occluder: float = 0.0           # height of an object in front of the legs, as a share of the figure's height (0 = none)
+    jitter: float = 8.0             # pose jitter, degrees
 
 STYLES = {   # drawing style -> what it changes; which splits use it is the design of the benchmark (below)
     'flat':  'flat colours, round limb caps: SynthPAB\'s synthetic drawing (fine-tuning)',
@@ -354,10 +398,12 @@ CAMERAS['val'] = CAMERAS['train']
 def _darker(rgb, f=0.6): return tuple(int(c * f) for c in rgb)
 
 def render_person(person: Person, action: str, scene: str, scene_seed: int, rng: np.random.Generator,
-                  size: int, camera: Camera = Camera()) -> tuple[Image.Image, np.ndarray]:
-    "Draw `person` doing `action` in `scene`; returns the RGB image and its 18×3 keypoints (pixels, all visible)."
+                  size: int, camera: Camera = Camera(), shot: Shot | None = None) -> tuple[Image.Image, np.ndarray]:
+    "Draw `person` doing `action` in `scene`; returns the RGB image and its 18×3 keypoints (pixels; joints behind an occluder not visible)."
     if camera.style not in STYLES: raise ValueError(f"unknown style {camera.style!r}; valid styles: {list(STYLES)}")
     bg, gy = draw_scene(scene, size, np.random.default_rng(scene_seed))
+    if camera.mirror: bg = ImageOps.mirror(bg)
+    gy += camera.ground
     ss = 2                                          # supersampling factor
     S = size * ss
     style = camera.style
@@ -369,24 +415,44 @@ def render_person(person: Person, action: str, scene: str, scene_seed: int, rng:
         other = sample_person(srng)
         _figure(d, other, list(NORMAL_ACTIONS)[srng.integers(len(NORMAL_ACTIONS))], srng, S, gy - 0.06, (0.32, 0.42),
                 (0.25, 0.38) if srng.random() < 0.5 else (-0.38, -0.25), camera)
-    k = _figure(d, person, action, rng, S, gy, camera.height, (-camera.shift, camera.shift), camera)
+    k = _figure(d, person, action, rng, S, gy, camera.height, (-camera.shift, camera.shift), camera, shot)
+    vis = _occlude(d, k, shot.occluder * np.mean(camera.height) * S, S, rng) if shot and shot.occluder else np.ones(18, bool)
     im = im.resize((size, size), Image.BOX)
     im = _style_image(im, bg, style, srng) if style != 'flat' else im
     im = _camera_style(im, camera, rng)
-    kps = np.concatenate([k / ss, np.ones((18, 1))], 1).astype(np.float32)
+    kps = np.concatenate([k / ss, vis[:, None]], 1).astype(np.float32)
     kps[:, :2] = np.clip(kps[:, :2], 0, size - 1)
     return im, kps
 
+OCCLUDERS = ((60, 120, 55), (150, 150, 145), (150, 75, 55), (70, 90, 140))   # a hedge, a low wall, brickwork, a car's body
+
+def _occlude(d: ImageDraw.ImageDraw, k: np.ndarray, height: float, S: int, rng: np.random.Generator) -> np.ndarray:
+    "Draw an object in front of the lower part of the figure with joints `k` (18×2, canvas px); the joints it hides are False."
+    x0, x1, foot, top = k[:, 0].min(), k[:, 0].max(), k[:, 1].max(), k[:, 1].min()
+    h = min(height, 0.45 * (foot - top))                         # never most of the figure: a lying person stays in sight
+    y0, w = foot + 0.03 * S - h, max(x1 - x0, 0.25 * S)
+    cx = (x0 + x1) / 2 + rng.uniform(-0.25, 0.25) * w
+    box = [cx - rng.uniform(0.6, 1.0) * w, y0, cx + rng.uniform(0.6, 1.0) * w, S]
+    d.rectangle(box, fill=_jit(OCCLUDERS[rng.integers(len(OCCLUDERS))], rng, 20))
+    return ~((k[:, 1] > y0) & (k[:, 0] >= box[0]) & (k[:, 0] <= box[2]))
+
 def _figure(d: ImageDraw.ImageDraw, person: Person, action: str, rng: np.random.Generator, S: int, gy: float,
-            height: tuple, shift: tuple, camera: Camera) -> np.ndarray:
+            height: tuple, shift: tuple, camera: Camera, shot: Shot | None = None) -> np.ndarray:
     "Draw one person on the supersampled canvas `d` (side S, ground line at gy·S); returns the 18×2 joints in canvas pixels."
     style = camera.style
-    k_body, p = pose_keypoints(action, rng)
+    if shot is None and camera.proportions == (1.0, 1.0, 1.0): k_body, p = pose_keypoints(action, rng)   # version 3, draw for draw
+    else:
+        shot = shot or Shot()
+        legs, arms, _ = camera.proportions
+        limbs = dict(LIMB_LEN, thigh=LIMB_LEN['thigh'] * legs, shin=LIMB_LEN['shin'] * legs,
+                     upper_arm=LIMB_LEN['upper_arm'] * arms, lower_arm=LIMB_LEN['lower_arm'] * arms)
+        k_body, p = pose_keypoints(action, rng, shot.jitter, blend_pose(shot.onset_from, action, shot.t) if shot.onset_from else None, limbs)
+        k_body = k_body * np.array([shot.fore, 1.0])
     facing = 1 if rng.random() < 0.5 else -1
     k_body = k_body * np.array([facing, 1.0])
     h = float(rng.uniform(*height)) * S
     build_w = {'slim': 0.8, 'average': 1.0, 'heavy': 1.3}[person.build]
-    head_r = 0.065 * h * (1.3 if style == 'toon' else 1.0)
+    head_r = 0.065 * h * (1.3 if style == 'toon' else 1.0) * camera.proportions[2]
     # place: lowest joint on the ground line (airborne poses lifted), centred with a random shift
     k = k_body * np.array([h, h * camera.squash])
     lift = max(p.get('lift', 0.0), 0.0) * h
@@ -401,7 +467,8 @@ def _figure(d: ImageDraw.ImageDraw, person: Person, action: str, rng: np.random.
     ss = 2
     skin = SKIN[person.skin]
     top, bottom = COLOURS[person.top_colour], COLOURS[person.bottom_colour]
-    sleeve = top if person.top != 't-shirt' else skin
+    upper = COLOURS[person.second_colour] if person.pattern == 'sleeves' else top
+    sleeve = upper if person.top != 't-shirt' else skin
     shin = bottom if person.bottom in ('trousers', 'jeans') else skin
     thigh = bottom if person.bottom != 'skirt' else skin
     lw = max(2, int(0.075 * h * build_w))
@@ -425,7 +492,7 @@ def _figure(d: ImageDraw.ImageDraw, person: Person, action: str, rng: np.random.
         if style == 'toon':                           # one cel highlight
             d.line([P(a), P(b)], fill=_lighter(col, 0.45), width=max(1, int(w * 0.25)))
     def arm(s):
-        seg(s + '_shoulder', s + '_elbow', top)
+        seg(s + '_shoulder', s + '_elbow', upper)
         seg(s + '_elbow', s + '_wrist', sleeve, int(lw * 0.9))
         w = P(s + '_wrist'); r = lw * 0.55
         d.ellipse([w[0] - r, w[1] - r, w[0] + r, w[1] + r], fill=skin)
@@ -455,8 +522,16 @@ def _figure(d: ImageDraw.ImageDraw, person: Person, action: str, rng: np.random.
     quad = [tuple(nk + sh_w * perp), tuple(nk - sh_w * perp), tuple(hp - hip_w * perp), tuple(hp + hip_w * perp)]
     if outline: d.polygon(quad, fill=top, outline=_darker(top, 0.35) if style != 'toon' else ink, width=ss * (2 if style == 'toon' else 1))
     else: d.polygon(quad, fill=top)
+    if person.pattern == 'striped':                   # bands across the torso in the second colour
+        for f in (0.3, 0.55, 0.8):
+            q, w_ = nk + f * (hp - nk), sh_w + f * (hip_w - sh_w)
+            d.line([tuple(q + w_ * perp), tuple(q - w_ * perp)], fill=COLOURS[person.second_colour], width=max(1, int(0.045 * h)))
     if style == 'real':                               # the torso's shaded side
         d.polygon([tuple(nk + 0.2 * sh_w * perp), tuple(nk - sh_w * perp), tuple(hp - hip_w * perp), tuple(hp + 0.2 * hip_w * perp)], fill=_darker(top, 0.82))
+    if person.scarf:                                  # a band round the neck and one hanging end
+        c_ = COLOURS[person.scarf]
+        d.line([tuple(nk + 0.9 * sh_w * perp), tuple(nk - 0.9 * sh_w * perp)], fill=c_, width=max(2, int(0.06 * h)))
+        d.line([tuple(nk + 0.3 * sh_w * perp), tuple(nk + 0.3 * sh_w * perp + 0.16 * h * ax)], fill=c_, width=max(2, int(0.045 * h)))
     if person.bottom == 'skirt':
         knee = (np.array(P('r_knee')) + np.array(P('l_knee'))) / 2
         mid = hp + 0.6 * (knee - hp)
@@ -579,6 +654,7 @@ def appearance_phrase(p: Person, rng: np.random.Generator) -> str:
     elif p.hair == 'ponytail': hair = f'with a {p.hair_colour} ponytail'
     else: hair = f'with {pick(HAIR[p.hair])} {p.hair_colour} hair'
     top = f'a {p.top_colour} {pick(TOPS[p.top])}'
+    if p.pattern != 'plain': top += ' ' + PATTERNS[p.pattern].format(p.second_colour)
     bottom_word = pick(BOTTOMS[p.bottom])
     bottom = f'{p.bottom_colour} {bottom_word}' if _plural(p.bottom) else f'a {p.bottom_colour} {bottom_word}'
     shoes = f'{p.shoes} shoes'
@@ -587,6 +663,7 @@ def appearance_phrase(p: Person, rng: np.random.Generator) -> str:
     parts = [f'{det} {who}', hair, clothes] if rng.random() < 0.5 else [f'{det} {who}', clothes, hair]
     acc = ACCESSORIES[p.accessory]
     if acc: parts.append(pick(acc))
+    if p.scarf: parts.append(pick([f'wearing a {p.scarf} scarf', f'with a {p.scarf} scarf round the neck']))
     return ', '.join(parts[:2]) + ' ' + ', '.join(parts[2:]) if rng.random() < 0.3 else ', '.join(parts)
 
 GRAMMARS = {   # caption grammar -> what it reads like; the fine-tuning and test captions are 'pab'
@@ -596,7 +673,19 @@ GRAMMARS = {   # caption grammar -> what it reads like; the fine-tuning and test
     'ucc':  "UCC's captioner (Qwen2-VL in CMP §5): 'In this surveillance footage, …', 'The individual appears to be …'",
 }
 
-def make_caption(p: Person, action: str, scene: str, rng: np.random.Generator, grammar: str = 'pab') -> tuple[str, dict]:
+def _misread(p: Person, rng: np.random.Generator, wrong: float, vague: float) -> Person:
+    "`p` as a captioner who misreads colours sees it: each garment's colour another colour with probability `wrong`, else 'dark'/'light' with `vague`."
+    out = {}
+    for f in ('top_colour', 'bottom_colour'):
+        c = getattr(p, f)
+        if rng.random() < wrong: out[f] = [o for o in COLOURS if o != c][rng.integers(len(COLOURS) - 1)]
+        elif rng.random() < vague: out[f] = next((w for w, cs in VAGUE_COLOURS.items() if c in cs), c)
+    return replace(p, **out)
+
+def make_caption(p: Person, action: str, scene: str, rng: np.random.Generator, grammar: str = 'pab',
+                 say_action: bool = True,         # False: the caption leaves the action out (most web captions do; version 4's corpus)
+                 captioner: tuple = (0.0, 0.0),   # (wrong, vague): how often the captioner misreads a garment's colour (_misread)
+                ) -> tuple[str, dict]:
     "A caption of `p` doing `action` in `scene` in `grammar`, and its exact appearance / action / background sub-captions."
     pick = lambda xs: xs[rng.integers(len(xs))]
     acts = NORMAL_ACTIONS.get(action) or ANOMALIES.get(action)
@@ -604,26 +693,32 @@ def make_caption(p: Person, action: str, scene: str, rng: np.random.Generator, g
     places = SCENES.get(scene) or UCC_SCENES.get(scene) or PRETRAIN_SCENES.get(scene)
     if places is None: raise ValueError(f"unknown scene {scene!r}")
     if grammar not in GRAMMARS: raise ValueError(f"unknown grammar {grammar!r}; valid grammars: {list(GRAMMARS)}")
+    if any(captioner): p = _misread(p, rng, *captioner)
     app, act, bg = appearance_phrase(p, rng), pick(acts), pick(places)
     cap = lambda s: s[0].upper() + s[1:]
     pron = {'man': 'He', 'woman': 'She'}[p.gender]
-    sub = {'appearance': app, 'action': act, 'background': bg}
+    sub = {'appearance': app, 'action': act if say_action else '', 'background': bg}
     if grammar == 'alt':
         bottom = f'{p.bottom_colour} {pick(BOTTOMS[p.bottom])}'
-        text = f'{pick(GENDERS[p.gender])} in {p.top_colour} {pick(TOPS[p.top])} and {bottom} {act} {bg}'
+        text = f'{pick(GENDERS[p.gender])} in {p.top_colour} {pick(TOPS[p.top])} and {bottom}' + (f' {act}' if say_action else '') + f' {bg}'
         return text, sub
     if grammar == 'ucc':
-        text = pick([f'In this surveillance footage, {app} is {act} {bg}.', f'The surveillance camera captures {app} {bg}.',
-                     f'The image shows a scene {bg} where {app} is present.'])
-        text += f' The individual {pick(["appears to be", "seems to be", "is"])} {act}.'
+        if not say_action: text = pick([f'The surveillance camera captures {app} {bg}.', f'The image shows a scene {bg} where {app} is present.'])
+        else:
+            text = pick([f'In this surveillance footage, {app} is {act} {bg}.', f'The surveillance camera captures {app} {bg}.',
+                         f'The image shows a scene {bg} where {app} is present.'])
+            text += f' The individual {pick(["appears to be", "seems to be", "is"])} {act}.'
         if rng.random() < 0.5: text += f' The {pick(["footage", "frame", "image"])} is {pick(["grainy", "taken from above", "of low quality", "captured by a fixed camera"])}.'
         return text, sub
-    text = pick([f'{cap(app)} is {act} {bg}.', f'The image shows {app} {act} {bg}.',
-                 f'{cap(bg)}, {app} is {act}.', f'{cap(app)} can be seen {act} {bg}.',
-                 f'There is {app} {act} {bg}.', f'{cap(bg)} there is {app}, who is {act}.'])
-    if rng.random() < 0.5:
-        others = [a for a in acts if a != act] or [act]
-        text += f' {pron} {pick(["is", "appears to be", "seems to be"])} {pick(others)}.'
+    if not say_action:
+        text = pick([f'{cap(app)} {bg}.', f'The image shows {app} {bg}.', f'{cap(bg)}, there is {app}.', f'There is {app} {bg}.'])
+    else:
+        text = pick([f'{cap(app)} is {act} {bg}.', f'The image shows {app} {act} {bg}.',
+                     f'{cap(bg)}, {app} is {act}.', f'{cap(app)} can be seen {act} {bg}.',
+                     f'There is {app} {act} {bg}.', f'{cap(bg)} there is {app}, who is {act}.'])
+        if rng.random() < 0.5:
+            others = [a for a in acts if a != act] or [act]
+            text += f' {pron} {pick(["is", "appears to be", "seems to be"])} {pick(others)}.'
     if grammar == 'long':
         be = 'are' if _plural(p.bottom) else 'is'
         text += f' The {pick(TOPS[p.top])} is {p.top_colour} and the {pick(BOTTOMS[p.bottom])} {be} {p.bottom_colour}.'
@@ -632,12 +727,71 @@ def make_caption(p: Person, action: str, scene: str, rng: np.random.Generator, g
     return text, sub
 
 # %% ../../nbs/01_synthpab.ipynb #b2db7723
-def grammar_captions(n: int = 5000, seed: int = 0) -> list[str]:
+def grammar_captions(n: int = 5000, seed: int = 0,
+                     version: int = 3, # 4: also version 4's people, captions without the action and a captioner's vague colours
+                    ) -> list[str]:
     "n captions drawn from every grammar: every action, every scene, random people (the SynthPAB vocabulary is built from them)."
     rng = np.random.default_rng([seed, 99])
     actions, scenes, grammars = list(POSES), list(SCENES) + list(PRETRAIN_SCENES) + list(UCC_SCENES), list(GRAMMARS)
+    if version >= 4:
+        return [make_caption(sample_person(rng, 4), actions[k % len(actions)], scenes[k % len(scenes)], rng, grammars[k % len(grammars)],
+                             say_action=k % 3 > 0, captioner=(0.1, 0.5))[0] for k in range(n)]
     return [make_caption(sample_person(rng), actions[k % len(actions)], scenes[k % len(scenes)], rng, grammars[k % len(grammars)])[0]
             for k in range(n)]
+
+# %% ../../nbs/01_synthpab.ipynb #efe64daf
+@dataclass(frozen=True)
+class SynthSpec:
+    "What one version of SynthPAB draws beyond the renderer: cameras, people, the moment and view of each pose, its captioners, its weather, its corpus."
+    cameras: dict                       # split -> Camera
+    person: int = 3                     # sample_person's version (4: patterned tops and scarves)
+    onset: tuple = (1.0, 1.0)           # an anomalous image's pose: blend_pose(the pair's normal action, the anomaly, t ~ U(onset))
+    normal_onset: tuple = (1.0, 1.0)    # a normal image's pose: blend_pose('standing', the action, t ~ U(normal_onset))
+    jitter: float = 8.0                 # pose jitter, degrees
+    fore: tuple = (0.0, 1.0)            # (probability, least factor): a view at an angle foreshortens the figure by U(least, 1)
+    occlusion: tuple = (0.0, 0.0)       # (probability, tallest): an object in front of the legs, U(0.15, tallest) of the figure's height
+    captioner: dict = field(default_factory=dict)   # split -> (wrong, vague) colour rates of its captioner (make_caption)
+    weather: Severity = Severity()      # how hard the multi-weather copies hit (03_weather)
+    corpus: dict = field(default_factory=dict)      # the pretraining corpus: anomaly_rate, same_person, lookalike, no_action, heights
+
+    def shot(self, rng: np.random.Generator, onset_from: str = '', onset: tuple = (1.0, 1.0)) -> Shot | None:
+        "One image's Shot: the pose's moment (from `onset_from`, t ~ U(onset)), view and occluder; None for version 3."
+        if self.person < 4: return None
+        t = float(rng.uniform(*onset)) if onset_from and onset != (1.0, 1.0) else 1.0
+        fore = float(rng.uniform(self.fore[1], 1.0)) if rng.random() < self.fore[0] else 1.0
+        occ = float(rng.uniform(0.15, self.occlusion[1])) if rng.random() < self.occlusion[0] else 0.0
+        return Shot(onset_from=onset_from if t < 1 else '', t=t, fore=fore, occluder=occ, jitter=self.jitter)
+
+CAMERAS_V4 = {
+    'train': Camera(height=(0.78, 0.9)),                                  # the person fills most of the frame, as in a pedestrian crop
+    'test': Camera(height=(0.76, 0.88), style='real', blur=0.4, noise=4.0, saturation=0.85, tint=(1.04, 1.0, 0.95), jpeg_quality=80),
+    'ucc': Camera(height=(0.42, 0.54), shift=0.22, squash=0.85, style='real', blur=0.6, noise=8.0, saturation=0.55,
+                  tint=(0.95, 1.05, 0.95), jpeg_quality=70, cctv=True, companion=True),
+    'heldout': Camera(height=(0.72, 0.86), squash=0.85, style='sketch', noise=2.0, jpeg_quality=85,   # another style, body, viewpoint and layout
+                      proportions=(1.15, 0.9, 1.25), mirror=True, ground=-0.06),
+}
+CAMERAS_V4['val'] = CAMERAS_V4['train']
+
+SPECS: dict[int, SynthSpec] = {
+    3: SynthSpec(cameras=CAMERAS, corpus=dict(anomaly_rate=0.2, same_person=0.03, lookalike=0.07, no_action=0.0, heights=(0.56, 0.7))),   # rates: the share of anomalies, of units that are one person doing two actions (PAB's counterpart) and of look-alike pairs whose captions differ only in the action
+    4: SynthSpec(cameras=CAMERAS_V4, person=4, onset=(0.45, 1.0), normal_onset=(0.6, 1.0), jitter=10.0, fore=(0.3, 0.5),
+                 occlusion=(0.15, 0.4), captioner={'ucc': (0.12, 0.3)}, weather=SEVERITY[4],
+                 corpus=dict(anomaly_rate=0.08, same_person=0.01, lookalike=0.03, no_action=0.4, heights=(0.6, 0.8),
+                             shots=dict(onset=(0.25, 1.0), normal_onset=(0.6, 1.0), jitter=12.0, fore=(0.4, 0.45), occlusion=(0.2, 0.45)))),
+}
+
+SYNTHPAB_VERSION = 4   # the newest: 2 one vocabulary (grammar_captions); 3 drawing styles, caption grammars, the held-out split; 4 SPECS[4]
+
+def spec_digest(version: int) -> str:
+    "A short hash of everything SPECS[version] sets: a cached SynthPAB of a version whose spec has changed since is not reused."
+    import hashlib
+    return hashlib.sha1(repr(synth_spec(version)).encode()).hexdigest()[:12]
+
+def synth_spec(version: int, corpus: bool = False) -> SynthSpec:
+    "The SynthSpec of SynthPAB `version`; with `corpus`, the one its pretraining corpus (and the corpus's val split) was drawn with."
+    if version not in SPECS: raise ValueError(f"unknown SynthPAB version {version!r}; versions that can be generated: {sorted(SPECS)}")
+    spec = SPECS[version]
+    return replace(spec, **spec.corpus['shots']) if corpus and 'shots' in spec.corpus else spec
 
 # %% ../../nbs/01_synthpab.ipynb #fab660b2
 SPLITS = ('train', 'val', 'test', 'ucc', 'heldout')
@@ -657,24 +811,28 @@ def _save_jpeg(im: Image.Image, path: Path, quality: int) -> bytes:
 def render_pair(root, split: str, i: int, seed: int = 0, image_size: int = 96, weather: bool = True,
                 scenes: list[str] | None = None,   # the scenes to draw from (default: the split's); for diagnostic variants
                 camera: Camera | None = None,      # the camera (default: the split's); for diagnostic variants
+                version: int = SYNTHPAB_VERSION,   # the SynthPAB version (SPECS)
+                spec: SynthSpec | None = None,     # the spec itself, instead of the version's (synth_spec(version, corpus=True): the corpus's val)
                ) -> list[dict]:
     "Render pair `i` of `split` (normal and anomalous image of one person in one scene) under `root`; return its two records."
     if split not in SPLITS: raise ValueError(f"unknown split {split!r}; valid splits: {SPLITS}")
+    spec = spec or synth_spec(version)
     root = Path(root)
     rng = np.random.default_rng([seed, _SPLIT_CODE[split], i])
-    person = sample_person(rng)
+    person = sample_person(rng, spec.person)
     scenes = list(scenes or (UCC_SCENES if split == 'ucc' else SCENES))
     grammar = 'ucc' if split == 'ucc' else 'pab'                    # UCC's captions come from another captioner
     scene = scenes[rng.integers(len(scenes))]
     scene_seed = int(rng.integers(2**31))
     actions = {'normal': list(NORMAL_ACTIONS)[rng.integers(len(NORMAL_ACTIONS))],
                'anomaly': list(ANOMALIES)[rng.integers(len(ANOMALIES))]}
-    cam = camera or CAMERAS[split]
+    cam = camera or spec.cameras[split]
     person_id = _SPLIT_CODE[split] * 10_000_000 + i
     out = []
     for kind, action in actions.items():
-        im, kps = render_person(person, action, scene, scene_seed, rng, image_size, cam)
-        text, sub = make_caption(person, action, scene, rng, grammar)
+        shot = spec.shot(rng, *(('standing', spec.normal_onset) if kind == 'normal' else (actions['normal'], spec.onset)))
+        im, kps = render_person(person, action, scene, scene_seed, rng, image_size, cam, shot)
+        text, sub = make_caption(person, action, scene, rng, grammar, captioner=spec.captioner.get(split, (0.0, 0.0)))
         if split == 'train':
             rel = f'train/imgs_{i // TRAIN_CHUNK}/{kind}/{i}.jpg'
             rec = dict(image=rel, caption=text, image_id=f'{i}_{kind[0]}')
@@ -684,11 +842,12 @@ def render_pair(root, split: str, i: int, seed: int = 0, image_size: int = 96, w
             rec = dict(image=rel, caption=[text], image_id=k)
         rec[kind] = action.capitalize()
         rec.update(scene=scene, person_id=person_id)
+        if shot: rec['shot'] = dict(t=round(shot.t, 3), fore=round(shot.fore, 3), occluder=round(shot.occluder, 3))
         img_bytes = _save_jpeg(im, root / rel, cam.jpeg_quality)
         pose_bytes = _save_jpeg(render_pose_map(kps, image_size), root / 'pose' / rel, 95)
         if split == 'test' and weather:
             for w in WEATHERS[1:]:
-                wim = apply_weather(Image.open(BytesIO(img_bytes)).convert('RGB'), w, seed=int(rng.integers(2**31)))
+                wim = apply_weather(Image.open(BytesIO(img_bytes)).convert('RGB'), w, seed=int(rng.integers(2**31)), severity=spec.weather)
                 _save_jpeg(wim, root / f'multi-weather/{w}/{k}.jpg', cam.jpeg_quality)
                 wpose = root / f'pose/multi-weather/{w}/{k}.jpg'  # weather does not move the joints
                 wpose.parent.mkdir(parents=True, exist_ok=True); wpose.write_bytes(pose_bytes)
@@ -701,8 +860,6 @@ def render_pair(root, split: str, i: int, seed: int = 0, image_size: int = 96, w
     return [r for r, _ in out]
 
 # %% ../../nbs/01_synthpab.ipynb #77bcbdf9
-SYNTHPAB_VERSION = 3   # 2: one vocabulary for every SynthPAB folder (grammar_captions); 3: drawing styles, caption grammars, the held-out split
-
 def _pair_task(args): return render_pair(*args)
 
 def _write_jsonl(path: Path, records: list[dict]):
@@ -713,7 +870,9 @@ def _write_jsonl(path: Path, records: list[dict]):
 def make_synthpab(out_dir, train_pairs: int = 5000, val_pairs: int = 250, test_pairs: int = 1000,
                   ucc_pairs: int = 1000, image_size: int = 96, weather: bool = True, seed: int = 0,
                   heldout_pairs: int | None = None, # pairs in the held-out style; None = half of test_pairs (500 by default)
-                  workers: int | None = None, progress: bool = True) -> Path:
+                  workers: int | None = None, progress: bool = True,
+                  version: int = SYNTHPAB_VERSION,  # the generator's version (SPECS); older ones stay reproducible
+                 ) -> Path:
     "Generate SynthPAB under `out_dir` (PAB layout) and return its path; deterministic for `seed`."
     if heldout_pairs is None: heldout_pairs = test_pairs // 2
     sizes = dict(train=train_pairs, val=val_pairs, test=test_pairs, ucc=ucc_pairs, heldout=heldout_pairs)
@@ -721,12 +880,13 @@ def make_synthpab(out_dir, train_pairs: int = 5000, val_pairs: int = 250, test_p
         if not isinstance(v, int) or v < 0: raise ValueError(f"{k}_pairs must be a non-negative int, got {v!r}")
     if train_pairs < 1 or test_pairs < 1: raise ValueError("SynthPAB needs at least one train and one test pair")
     if image_size < 32: raise ValueError(f"image_size must be at least 32 pixels, got {image_size}")
+    spec = synth_spec(version)
     root = Path(out_dir)
     if root.exists() and any(root.iterdir()):
         raise ValueError(f"{root} is not empty; give a new folder (or use ensure_synthpab to reuse a cache)")
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    tasks = [(str(root), split, i, seed, image_size, weather) for split in SPLITS for i in range(sizes[split])]
+    tasks = [(str(root), split, i, seed, image_size, weather, None, None, version) for split in SPLITS for i in range(sizes[split])]
     workers = workers or min(os.cpu_count() or 1, 8)
     results = {s: [] for s in SPLITS}
     if workers > 1:
@@ -745,10 +905,10 @@ def make_synthpab(out_dir, train_pairs: int = 5000, val_pairs: int = 250, test_p
         for w in WEATHERS[1:]:
             recs = [dict(r, image=f"multi-weather/{w}/{r['image_id']}.jpg") for r in results['test']]
             _write_jsonl(root / f'annotation/multi-weather/multi-weather_{w}.json', recs)
-    meta = dict(name='SynthPAB', version=SYNTHPAB_VERSION, seed=seed, image_size=image_size, weather=weather,
+    meta = dict(name='SynthPAB', version=version, spec=spec_digest(version), seed=seed, image_size=image_size, weather=weather,
                 pairs=sizes, images={s: 2 * n for s, n in sizes.items()},
                 normal_actions=list(NORMAL_ACTIONS), anomalies=list(ANOMALIES), scenes=list(SCENES),
-                ucc_scenes=list(UCC_SCENES), styles={s: CAMERAS[s].style for s in SPLITS}, seconds=round(time.time() - t0, 1))
+                ucc_scenes=list(UCC_SCENES), styles={s: spec.cameras[s].style for s in SPLITS}, seconds=round(time.time() - t0, 1))
     (root / 'synthpab.json').write_text(json.dumps(meta, indent=1))
     return root
 
@@ -756,7 +916,8 @@ def ensure_synthpab(cache_dir, **kwargs) -> Path:
     "Reuse the SynthPAB in `cache_dir` if it was made with the same parameters, else generate it there."
     root = Path(cache_dir)
     meta_path = root / 'synthpab.json'
-    params = dict(train_pairs=5000, val_pairs=250, test_pairs=1000, ucc_pairs=1000, image_size=96, weather=True, seed=0, heldout_pairs=None)
+    params = dict(train_pairs=5000, val_pairs=250, test_pairs=1000, ucc_pairs=1000, image_size=96, weather=True, seed=0, heldout_pairs=None,
+                  version=SYNTHPAB_VERSION)
     unknown = set(kwargs) - set(params) - {'workers', 'progress'}
     if unknown: raise ValueError(f"unknown SynthPAB parameter(s) {sorted(unknown)}; valid: {sorted(params)}")
     params.update({k: v for k, v in kwargs.items() if k in params})
@@ -765,8 +926,8 @@ def ensure_synthpab(cache_dir, **kwargs) -> Path:
         m = json.loads(meta_path.read_text())
         have = dict(train_pairs=m['pairs']['train'], val_pairs=m['pairs']['val'], test_pairs=m['pairs']['test'],
                     ucc_pairs=m['pairs']['ucc'], image_size=m['image_size'], weather=m['weather'], seed=m['seed'],
-                    heldout_pairs=m['pairs'].get('heldout', 0))
-        if have == params and m.get('version') == SYNTHPAB_VERSION: return root
+                    heldout_pairs=m['pairs'].get('heldout', 0), version=m.get('version'))
+        if have == params and m.get('spec', spec_digest(3) if m.get('version') == 3 else None) == spec_digest(params['version']): return root
     if root.exists(): shutil.rmtree(root)  # an incomplete or different cache
     return make_synthpab(root, **params, **{k: v for k, v in kwargs.items() if k in ('workers', 'progress')})
 
@@ -787,31 +948,34 @@ OOD_VARIANTS: dict[str, tuple[str, Camera]] = {   # name -> (scenes: 'seen' | 'u
     'seen scenes, pixel sprites (a near unseen style)': ('seen', replace(CAMERAS['heldout'], style='pixel', noise=3.0)),
 }
 
-def make_test_variant(out_dir, variant: str, pairs: int = 250, seed: int = 0, image_size: int = 96) -> Path:
+def make_test_variant(out_dir, variant: str, pairs: int = 250, seed: int = 0, image_size: int = 96,
+                      version: int = SYNTHPAB_VERSION,   # the SynthPAB version whose people and poses are drawn (and, for a fresh draw of the test split, its camera)
+                     ) -> Path:
     "A test-format split of `pairs` test pairs rendered with the scenes and camera of OOD_VARIANTS[variant]; reused if present."
     if variant not in OOD_VARIANTS: raise ValueError(f"unknown variant {variant!r}; valid: {list(OOD_VARIANTS)}")
-    root, meta = Path(out_dir), dict(name='SynthPAB variant', variant=variant, version=SYNTHPAB_VERSION, pairs=pairs, seed=seed, image_size=image_size)
+    root, meta = Path(out_dir), dict(name='SynthPAB variant', variant=variant, version=version, pairs=pairs, seed=seed, image_size=image_size)
+    if version >= 4: meta['spec'] = spec_digest(version)                            # a draw of a version whose spec has changed is made again
     if (root / 'synthpab.json').exists() and json.loads((root / 'synthpab.json').read_text()) == meta: return root
     if root.exists(): shutil.rmtree(root)                                             # another variant, size or version
     scenes, camera = OOD_VARIANTS[variant]
+    if variant == 'seen scenes, test camera': camera = synth_spec(version).cameras['test']   # a fresh draw of the version's own test split
     recs = [r for i in range(pairs) for r in render_pair(root, 'test', i, seed, image_size, weather=False,
-                                                          scenes=list(SCENES if scenes == 'seen' else UCC_SCENES), camera=camera)]
+                                                          scenes=list(SCENES if scenes == 'seen' else UCC_SCENES), camera=camera, version=version)]
     _write_jsonl(root / 'annotation/test/attr.json', recs)
     (root / 'synthpab.json').write_text(json.dumps(meta))
     return root
 
 # %% ../../nbs/01_synthpab.ipynb #04d21f17
-PRETRAIN_ANOMALY_RATE = 0.2    # share of anomalous actions in the pretraining corpus
 CORPUS_MIX = dict(   # the web's breadth: the probability of each drawing style, caption grammar and photometric condition
     style={'flat': 0.25, 'real': 0.45, 'toon': 0.30},          # never 'pixel' (the held-out style)
     grammar={'pab': 0.4, 'alt': 0.2, 'long': 0.2, 'ucc': 0.2},
     night=0.15, overexposed=0.07, weather=0.2, cctv=0.2, companion=0.12, small=0.25, tall_frame=0.3, wide_frame=0.1)
-SAME_PERSON_RATE = 0.03   # units that are one person in one scene doing two actions (PAB's counterpart); rare on the web
-LOOKALIKE_RATE = 0.07     # units that are two people whose captions differ only in the action (the web's near-duplicate captions)
 
-def sample_camera(rng: np.random.Generator, style: str = 'flat', mix: dict = CORPUS_MIX) -> Camera:
+def sample_camera(rng: np.random.Generator, style: str = 'flat', mix: dict = CORPUS_MIX,
+                  heights: tuple = (0.56, 0.7),  # the range of the lower end of a figure's height range when it is not small
+                 ) -> Camera:
     "A camera of the pretraining corpus: drawing style, framing, sensor and weather drawn per image."
-    lo = float(rng.uniform(0.3, 0.45)) if rng.random() < mix['small'] else float(rng.uniform(0.56, 0.7))
+    lo = float(rng.uniform(0.3, 0.45)) if rng.random() < mix['small'] else float(rng.uniform(*heights))
     u = rng.random()
     exposure = ((float(rng.uniform(0.3, 0.6)), float(rng.uniform(-20, 0))) if u < mix['night'] else
                 (float(rng.uniform(1.3, 1.7)), float(rng.uniform(0, 30))) if u < mix['night'] + mix['overexposed'] else (1.0, 0.0))
@@ -827,17 +991,22 @@ def sample_camera(rng: np.random.Generator, style: str = 'flat', mix: dict = COR
 
 def _draw(table: dict, rng) -> str: return list(table)[rng.choice(len(table), p=np.array(list(table.values())) / sum(table.values()))]
 
-def render_corpus_unit(root, u: int, seed: int = 0, image_size: int = 96, anomaly_rate: float = PRETRAIN_ANOMALY_RATE,
-                       mix: dict = CORPUS_MIX) -> list[dict]:
+def render_corpus_unit(root, u: int, seed: int = 0, image_size: int = 96, anomaly_rate: float | None = None,
+                       mix: dict = CORPUS_MIX,
+                       version: int = SYNTHPAB_VERSION,   # the SynthPAB version (SPECS[version].corpus: contrast pairs, captions without the action, framing)
+                      ) -> list[dict]:
     "Render unit `u` of the pretraining corpus: one image, or a contrast pair (same person, or a look-alike, in another action); its records."
+    spec = synth_spec(version, corpus=True)
+    corpus = spec.corpus
+    anomaly_rate = corpus['anomaly_rate'] if anomaly_rate is None else anomaly_rate
     rng = np.random.default_rng([seed, _SPLIT_CODE['pretrain'], u])
-    person = sample_person(rng)
+    person = sample_person(rng, spec.person)
     scenes = list(SCENES) + list(UCC_SCENES) + list(PRETRAIN_SCENES)   # every scene: the web has shops and corridors
     scene = scenes[rng.integers(len(scenes))]
     kind, table = ('anomaly', ANOMALIES) if rng.random() < anomaly_rate else ('normal', NORMAL_ACTIONS)
     actions = [(kind, list(table)[rng.integers(len(table))])]
     r = rng.random()
-    pair = 'same person' if r < SAME_PERSON_RATE else 'look-alike' if r < SAME_PERSON_RATE + LOOKALIKE_RATE else None
+    pair = 'same person' if r < corpus['same_person'] else 'look-alike' if r < corpus['same_person'] + corpus['lookalike'] else None
     if pair:   # the second action: the other kind (normal ↔ anomaly) mostly, else another action of the same kind
         kind2 = {'normal': 'anomaly', 'anomaly': 'normal'}[kind] if rng.random() < 0.7 else kind
         t2 = [a for a in (ANOMALIES if kind2 == 'anomaly' else NORMAL_ACTIONS) if a != actions[0][1]]
@@ -847,10 +1016,11 @@ def render_corpus_unit(root, u: int, seed: int = 0, image_size: int = 96, anomal
     for j, (kind, action) in enumerate(actions):
         if j and pair == 'look-alike':   # another person with the same described attributes, seen by another camera
             person = replace(person, skin=int(rng.integers(len(SKIN)))); scene_seed, style = int(rng.integers(2**31)), _draw(mix['style'], rng)
-        cam = sample_camera(rng, style, mix)
-        im, kps = render_person(person, action, scene, scene_seed, rng, image_size, cam)
+        cam = sample_camera(rng, style, mix, corpus['heights'])
+        im, kps = render_person(person, action, scene, scene_seed, rng, image_size, cam, spec.shot(rng))
         grammar = _draw(mix['grammar'], rng)
-        text, _ = make_caption(person, action, scene, rng, grammar)
+        say = not corpus['no_action'] or rng.random() >= corpus['no_action']
+        text, _ = make_caption(person, action, scene, rng, grammar, say_action=say, captioner=(0.0, 0.3) if grammar == 'ucc' and spec.person >= 4 else (0.0, 0.0))
         pose = render_pose_map(kps, image_size)
         if cam.aspect != 1.0:   # a non-square frame: the loader resizes it back, as it resizes PAB's crops
             wh = (max(16, round(image_size * min(cam.aspect, 1))), max(16, round(image_size / max(cam.aspect, 1))))
@@ -858,7 +1028,7 @@ def render_corpus_unit(root, u: int, seed: int = 0, image_size: int = 96, anomal
         rel = f'train/imgs_{u // (2 * TRAIN_CHUNK)}/{u}_{j}.jpg'
         _save_jpeg(im, Path(root) / rel, cam.jpeg_quality)
         _save_jpeg(pose, Path(root) / 'pose' / rel, 95)
-        recs.append({'image': rel, 'caption': text, 'image_id': f'pt{u}_{j}', kind: action.capitalize(), 'scene': scene,
+        recs.append({'image': rel, 'caption': text, 'image_id': f'pt{u}_{j}', kind: action.capitalize(), 'scene': scene, **({} if say else {'action_said': False}),
                      'person_id': _SPLIT_CODE['pretrain'] * 10_000_000 + 2 * u + (j and pair == 'look-alike'),
                      'style': style, 'grammar': grammar, 'camera': _camera_tags(cam)})
     if pair:   # link the two as PAB links counterparts (hard_i relative to train/)
@@ -883,40 +1053,49 @@ def _run_tasks(fn, tasks: list, workers: int | None, progress: bool) -> list:
         return list(show_progress(pool.imap(fn, tasks, chunksize=32), progress, total=len(tasks)))
 
 def make_pretrain_corpus(out_dir, images: int = 100_000, val_pairs: int = 250, image_size: int = 96, seed: int = 0,
-                         anomaly_rate: float = PRETRAIN_ANOMALY_RATE, workers: int | None = None, progress: bool = True) -> Path:
+                         anomaly_rate: float | None = None,   # share of anomalous actions (None: the version's, SPECS[version].corpus)
+                         workers: int | None = None, progress: bool = True,
+                         version: int = SYNTHPAB_VERSION,     # the SynthPAB version of the corpus and of its val split
+                        ) -> Path:
     "Generate the pretraining corpus (about `images` images in units) and SynthPAB's val split under `out_dir`; deterministic for `seed`."
     if not isinstance(images, int) or images < 1: raise ValueError(f"images must be a positive int, got {images!r}")
+    corpus = synth_spec(version).corpus
+    anomaly_rate = corpus['anomaly_rate'] if anomaly_rate is None else anomaly_rate
     if not 0 <= anomaly_rate <= 1: raise ValueError(f"anomaly_rate must be in [0, 1], got {anomaly_rate}")
     root = Path(out_dir)
     if root.exists() and any(root.iterdir()): raise ValueError(f"{root} is not empty; give a new folder")
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    units = round(images / (1 + SAME_PERSON_RATE + LOOKALIKE_RATE))
-    train = [r for rs in _run_tasks(_unit_task, [(str(root), u, seed, image_size, anomaly_rate) for u in range(units)], workers, progress) for r in rs]
+    units = round(images / (1 + corpus['same_person'] + corpus['lookalike']))
+    train = [r for rs in _run_tasks(_unit_task, [(str(root), u, seed, image_size, anomaly_rate, CORPUS_MIX, version) for u in range(units)],
+                                    workers, progress) for r in rs]
     for c in range(0, len(train), 2 * TRAIN_CHUNK):
         _write_jsonl(root / f'annotation/train/attr_{c // (2 * TRAIN_CHUNK)}.json', train[c: c + 2 * TRAIN_CHUNK])
     if val_pairs:
-        val = _run_tasks(_pair_task, [(str(root), 'val', i, seed, image_size, False) for i in range(val_pairs)], workers, False)
+        val = _run_tasks(_pair_task, [(str(root), 'val', i, seed, image_size, False, None, None, version, synth_spec(version, corpus=True))
+                                      for i in range(val_pairs)], workers, False)
         _write_jsonl(root / 'annotation/val/attr.json', [r for rs in val for r in rs])
     count = lambda key: {k: sum(r[key] == k for r in train) for k in sorted({r[key] for r in train})}
-    meta = dict(name='SynthPAB-pretrain', version=SYNTHPAB_VERSION, seed=seed, image_size=image_size, images=images,
+    meta = dict(name='SynthPAB-pretrain', version=version, seed=seed, image_size=image_size, images=images,
                 val_pairs=val_pairs, anomaly_rate=anomaly_rate, scenes=list(SCENES) + list(UCC_SCENES) + list(PRETRAIN_SCENES),
                 units=units, images_written=len(train), anomalies_written=sum('anomaly' in r for r in train),
                 pairs_written={k: sum(r.get('pair') == k for r in train) // 2 for k in ('same person', 'look-alike')},
                 styles=count('style'), grammars=count('grammar'),
                 cameras={t: sum(t in r['camera'] for r in train) for t in ('night', 'overexposed', 'weather', 'cctv', 'companion', 'small', 'non-square')},
-                mix=CORPUS_MIX, seconds=round(time.time() - t0, 1))
+                captions_without_action=sum(not r.get('action_said', True) for r in train),
+                mix=CORPUS_MIX, corpus=corpus, seconds=round(time.time() - t0, 1))
     (root / 'synthpab.json').write_text(json.dumps(meta, indent=1))
     return root
 
 def ensure_pretrain_corpus(cache_dir, images: int = 100_000, val_pairs: int = 250, image_size: int = 96, seed: int = 0,
-                           anomaly_rate: float = PRETRAIN_ANOMALY_RATE, workers: int | None = None, progress: bool = True) -> Path:
+                           anomaly_rate: float | None = None, workers: int | None = None, progress: bool = True, version: int = SYNTHPAB_VERSION) -> Path:
     "Reuse the pretraining corpus in `cache_dir` if it was made with the same parameters, else generate it there."
-    root, want = Path(cache_dir), dict(images=images, val_pairs=val_pairs, image_size=image_size, seed=seed, anomaly_rate=anomaly_rate)
+    anomaly_rate = synth_spec(version).corpus['anomaly_rate'] if anomaly_rate is None else anomaly_rate
+    root, want = Path(cache_dir), dict(images=images, val_pairs=val_pairs, image_size=image_size, seed=seed, anomaly_rate=anomaly_rate, version=version)
     meta = root / 'synthpab.json'
     if meta.exists():
         m = json.loads(meta.read_text())
-        if m.get('version') == SYNTHPAB_VERSION and {k: m.get(k) for k in want} == want: return root
+        if {k: m.get(k) for k in want} == want: return root
     if root.exists(): shutil.rmtree(root)
     return make_pretrain_corpus(root, **want, workers=workers, progress=progress)
 

@@ -4,15 +4,17 @@
 
 # %% ../../nbs/03_weather.ipynb #434f00c3
 from __future__ import annotations
+from dataclasses import dataclass
 from functools import lru_cache
 import numpy as np
 from PIL import Image
 
 # %% auto #0
 __all__ = ['WEATHERS', 'REF_SIDE', 'DARK_GAIN', 'DARK_OFFSET', 'LIGHT_GAIN', 'LIGHT_MAX_OFFSET', 'WIND_LENGTH', 'RAIN_COLOUR',
-           'RAIN_SLANT', 'RAIN_LAYERS', 'SNOW_COLOUR', 'SNOW_LAYERS', 'WEATHER_STEPS', 'to_rgb_array', 'darken',
-           'overexpose', 'wind_kernel_length', 'line_offsets', 'motion_blur', 'wind_blur', 'composite', 'soften',
-           'add_layer', 'rain_alpha', 'add_rain', 'disc_offsets', 'snow_alpha', 'add_snow', 'apply_weather']
+           'RAIN_SLANT', 'RAIN_LAYERS', 'SNOW_COLOUR', 'SNOW_LAYERS', 'WEATHER_STEPS', 'SEVERITY', 'to_rgb_array',
+           'darken', 'overexpose', 'wind_kernel_length', 'line_offsets', 'motion_blur', 'wind_blur', 'composite',
+           'soften', 'add_layer', 'rain_alpha', 'add_rain', 'disc_offsets', 'snow_alpha', 'add_snow', 'apply_weather',
+           'Severity']
 
 # %% ../../nbs/03_weather.ipynb #0b55d7d5
 WEATHERS = ('normal', 'wind', 'rain', 'snow', 'rain_snow', 'dark', 'dark_wind', 'dark_rain', 'dark_snow', 'light')
@@ -133,21 +135,25 @@ def add_layer(alpha: np.ndarray, # H×W opacity map, updated in place
     np.maximum(alpha, layer, out=alpha)
 
 def rain_alpha(shape: tuple,     # (H, W)
-               rng: np.random.Generator) -> np.ndarray:
+               rng: np.random.Generator,
+               density: float = 1.0,  # × the drops of every layer
+               opacity: float = 1.0,  # × the opacity of every layer (capped at 1)
+              ) -> np.ndarray:
     "H×W opacity map of three layers of slanted rain streaks."
     H, W = shape
     s, area = min(H, W) / REF_SIDE, H * W / REF_SIDE ** 2
     slant = rng.uniform(-RAIN_SLANT, RAIN_SLANT)
     alpha = np.zeros((H, W), np.float32)
-    for per_ref, (lo, hi), opacity, soft in RAIN_LAYERS:
-        n = max(1, round(per_ref * area))
+    for per_ref, (lo, hi), opacity_, soft in RAIN_LAYERS:
+        n = max(1, round(per_ref * density * area))
+        opacity_ = min(1.0, opacity_ * opacity)
         lengths = np.maximum(2, np.rint(rng.uniform(lo, hi, n) * s)).astype(int)      # n
         y0, x0 = rng.uniform(-lengths.max(), H, n), rng.uniform(0, W, n)
         t = np.arange(lengths.max())
         ys = np.rint(y0[:, None] + t).astype(int)                                    # n×T
         xs = np.rint(x0[:, None] + slant * t).astype(int) % W                        # n×T
         keep = (t < lengths[:, None]) & (ys >= 0) & (ys < H)
-        add_layer(alpha, (ys[keep], xs[keep]), opacity, 2.0 if soft else 0.0)
+        add_layer(alpha, (ys[keep], xs[keep]), opacity_, 2.0 if soft else 0.0)
     return alpha
 
 def add_rain(x: np.ndarray, # H×W×3 uint8
@@ -174,16 +180,20 @@ def disc_offsets(radius: float) -> tuple[np.ndarray, np.ndarray]:
     return dy, dx
 
 def snow_alpha(shape: tuple,     # (H, W)
-               rng: np.random.Generator) -> np.ndarray:
+               rng: np.random.Generator,
+               density: float = 1.0,  # × the flakes of every layer
+               opacity: float = 1.0,  # × the opacity of every layer (capped at 1)
+               size: float = 1.0,     # × the flakes' radius
+              ) -> np.ndarray:
     "H×W opacity map of three layers of snowflakes."
     H, W = shape
     s, area = min(H, W) / REF_SIDE, H * W / REF_SIDE ** 2
     alpha = np.zeros((H, W), np.float32)
-    for per_ref, (radius, min_radius), opacity, soft in SNOW_LAYERS:
-        n = max(1, round(per_ref * area))
-        dy, dx = disc_offsets(max(min_radius, round(radius * s, 2)))
+    for per_ref, (radius, min_radius), opacity_, soft in SNOW_LAYERS:
+        n = max(1, round(per_ref * density * area))
+        dy, dx = disc_offsets(max(min_radius, round(radius * size * s, 2)))
         cy, cx = rng.integers(0, H, n), rng.integers(0, W, n)
-        add_layer(alpha, ((cy[:, None] + dy) % H, (cx[:, None] + dx) % W), opacity, 1.6 if soft else 0.0)   # n×|disc|
+        add_layer(alpha, ((cy[:, None] + dy) % H, (cx[:, None] + dx) % W), min(1.0, opacity_ * opacity), 1.6 if soft else 0.0)   # n×|disc|
     return alpha
 
 def add_snow(x: np.ndarray, # H×W×3 uint8
@@ -209,11 +219,46 @@ assert tuple(WEATHER_STEPS) == WEATHERS
 def apply_weather(image,    # PIL RGB image or H×W×3 uint8 array
                   name: str, # one of WEATHERS
                   seed: int, # seeds np.random.default_rng for this image
+                  severity: 'Severity | None' = None, # how hard each condition hits (None: the effects above, SEVERITY[3])
                  ) -> Image.Image:
-    "The RGB image under weather condition `name`, deterministic for (image, name, seed)."
+    "The RGB image under weather condition `name`, deterministic for (image, name, seed, severity)."
     if name not in WEATHER_STEPS:
         raise ValueError(f"unknown weather {name!r}; valid names: {', '.join(WEATHERS)}")
     x = to_rgb_array(image)
     rng = np.random.default_rng(seed)
-    for step in WEATHER_STEPS[name]: x = step(x, rng)
-    return Image.fromarray(np.array(x) if not WEATHER_STEPS[name] else x)
+    steps = WEATHER_STEPS[name] if severity is None or severity == Severity() else severity.steps(name)
+    for step in steps: x = step(x, rng)
+    return Image.fromarray(np.array(x) if not steps else x)
+
+# %% ../../nbs/03_weather.ipynb #81ca0e2c
+@dataclass(frozen=True)
+class Severity:
+    "How hard each condition hits; the defaults are the effects above (version 3, the corpus's weather)."
+    wind: float = 1.0               # × the wind's motion-blur length
+    rain: tuple = (1.0, 1.0)        # (× drops, × opacity) of RAIN_LAYERS
+    snow: tuple = (1.0, 1.0, 1.0)   # (× flakes, × opacity, × radius) of SNOW_LAYERS
+    veil: float = 0.0               # rain and snow also blend their colour over the whole frame at this opacity
+    dark: tuple = (DARK_GAIN, DARK_OFFSET)            # night: I' = gain·I + offset
+    light: tuple = (LIGHT_GAIN, LIGHT_MAX_OFFSET)     # over-exposure: I' = gain·I + U[0, max offset]
+    lit: bool = False               # dark_rain, dark_snow: the night first, then the rain or snow drawn bright over it
+
+    def _wind(self, x, rng):
+        k = max(3, 2 * int(round((wind_kernel_length(min(x.shape[:2])) * self.wind - 1) / 2)) + 1)
+        return motion_blur(x, k, rng.uniform(0, 180))
+    def _veil(self, x, colour): return composite(x, np.full(x.shape[:2], self.veil, np.float32), colour) if self.veil else x
+    def _rain(self, x, rng): return composite(self._veil(x, RAIN_COLOUR), rain_alpha(x.shape[:2], rng, *self.rain), RAIN_COLOUR)
+    def _snow(self, x, rng): return composite(self._veil(x, SNOW_COLOUR), snow_alpha(x.shape[:2], rng, *self.snow), SNOW_COLOUR)
+    def _dark(self, x, rng): return _affine(x, *self.dark)
+    def _light(self, x, rng): return _affine(x, self.light[0], rng.uniform(0, self.light[1]))
+
+    def steps(self, name: str) -> tuple:
+        "The steps f(x, rng) -> x of condition `name` at this severity."
+        if name not in WEATHER_STEPS: raise ValueError(f"unknown weather {name!r}; valid names: {', '.join(WEATHERS)}")
+        fx = dict(wind=self._wind, rain=self._rain, snow=self._snow, dark=self._dark, light=self._light)
+        parts = ['rain', 'snow'] if name == 'rain_snow' else [p for p in name.split('_') if p != 'normal']
+        if not parts: return ()
+        if self.lit and parts[0] == 'dark' and parts[-1] in ('rain', 'snow'): return tuple(fx[p] for p in parts)
+        return tuple(fx[p] for p in (parts[1:] + parts[:1] if parts[0] == 'dark' else parts))   # as WEATHER_STEPS: the night last
+
+SEVERITY = {3: Severity(),   # SynthPAB version -> the severity of its multi-weather copies
+            4: Severity(wind=1.6, rain=(3.5, 1.3), snow=(2.5, 1.2, 1.4), veil=0.15, dark=(0.5, -10.0), light=(1.45, 25.0), lit=True)}

@@ -269,13 +269,15 @@ def plot_weather(result: dict, metrics=('R1', 'mAP'), figsize=(11, 3.2)):
 def ood_factors(method, tokenizer, max_len: int, # a Method on `device`, its tokenizer and L
                 work_dir,               # where the variants are rendered once (reused afterwards)
                 pairs: int = 250,       # test pairs per variant (2 images each)
-                k_test: int = 128, batch_size: int = 64, device='cpu') -> 'pd.DataFrame':   # one row per variant
+                k_test: int = 128, batch_size: int = 64, device='cpu',
+                version: int = 3,       # the SynthPAB version of the variants' people and poses (OOD_VARIANTS' cameras are version 3's)
+               ) -> 'pd.DataFrame':     # one row per variant
     "R@1 and hard-pair accuracy, ITM re-ranked and by ITC alone, on each variant of OOD_VARIANTS."
     import pandas as pd
     from tpas_nb.data.synth import OOD_VARIANTS, make_test_variant
     rows = {}
     for k, name in enumerate(OOD_VARIANTS):
-        folder = PABFolder(make_test_variant(Path(work_dir) / f'variant{k}_{pairs}pairs', name, pairs))
+        folder = PABFolder(make_test_variant(Path(work_dir) / f'variant{k}_{pairs}pairs', name, pairs, version=version))
         ds = PABTestDataset(folder, 'test', img_size=method.backbone.img_size, pose=method.needs_pose)
         r = evaluate(method, ds, tokenizer, max_len, k_test=k_test, batch_size=batch_size, device=device, progress=False)
         rows[name] = {'R@1': r['all']['R1'], 'hard-pair %': r['hard_pair_acc'], 'R@1, ITC only': r['itc']['all']['R1'],
