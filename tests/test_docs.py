@@ -233,3 +233,28 @@ def test_screenshots_and_typeset_math(tmp_path):
         assert '<mjx-merror' not in body, f'a TeX error on {page.name}'
         n_math = sum(len(re.findall(r'\$\$.+?\$\$|\$[^$\n]+\$', src(c), re.S)) for c in cells(nb) if c['cell_type'] == 'markdown')
         assert body.count('<mjx-container') >= n_math, f'{page.name}: {body.count("<mjx-container")} typeset of {n_math}'
+
+
+# ---------------------------------------------------------------- numbers rendered from records stay current
+def _markdown_outputs(nb: dict) -> list[str]:
+    return [''.join(o['data']['text/markdown']) for c in nb['cells'] if c['cell_type'] == 'code'
+            for o in c.get('outputs', []) if 'text/markdown' in o.get('data', {})]
+
+def test_readme_numbers_are_the_records(tmp_path):
+    "Every number the README prints is Markdown a cell of nbs/index.ipynb renders from the committed records: executed again, "
+    "the cells give what the notebook stores (and make_readme --check holds the README to the notebook)."
+    from execnb.nbio import read_nb
+    from execnb.shell import CaptureShell
+    nb = json.loads((NBS / 'index.ipynb').read_text())
+    stored = _markdown_outputs(nb)
+    assert stored, 'index.ipynb renders no Markdown from the records'
+    shell, fresh = CaptureShell(), []
+    cwd = os.getcwd()
+    try:
+        os.chdir(NBS)
+        for c in nb['cells']:
+            if c['cell_type'] != 'code' or 'set_matplotlib_formats' in ''.join(c['source']): continue
+            outs = shell.run(''.join(c['source']))
+            fresh += [''.join(o['data']['text/markdown']) for o in outs if 'text/markdown' in o.get('data', {})]
+    finally: os.chdir(cwd)
+    assert fresh == stored, 'nbs/index.ipynb is out of date with the records: execute it again (jupyter nbconvert --execute --inplace nbs/index.ipynb), then python .ci/make_readme.py'

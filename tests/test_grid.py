@@ -1,5 +1,6 @@
 """The `tpas_grid` console script: a dry run lists every run of a grid as missing and writes nothing; a bad
-`--set` key fails before anything runs, naming the valid keys; `--status` reports a finished run."""
+`--set` key fails before anything runs, naming the valid keys; `--status` reports a finished run; a root whose folder
+names no round is refused unless the round is given."""
 import json, os, subprocess
 
 from tpas_nb.grid import GRIDS, arm_slug
@@ -14,7 +15,7 @@ def tpas_grid(*args, timeout=300):
 
 def test_dry_run_lists_every_run_as_missing(tmp_path):
     root = tmp_path / 'grid'
-    r = tpas_grid('cmp', '--dry-run', '--root', root)
+    r = tpas_grid('cmp', '--dry-run', '--root', root, '--round', 'grid')
     assert r.returncode == 0, r.stderr
     n = 3 * len(GRIDS['cmp'])
     assert f'cmp: {n} of {n} runs not done' in r.stdout, r.stdout
@@ -27,10 +28,10 @@ def test_dry_run_lists_every_run_as_missing(tmp_path):
 
 
 def test_set_rejects_unknown_key(tmp_path):
-    r = tpas_grid('cmp', '--dry-run', '--root', tmp_path / 'grid', '--set', 'optim.lrr=1e-3')
+    r = tpas_grid('cmp', '--dry-run', '--root', tmp_path / 'grid', '--round', 'grid', '--set', 'optim.lrr=1e-3')
     assert r.returncode == 2
     assert "unknown key(s) ['lrr']" in r.stderr and "valid keys: ['betas', 'grad_clip', 'lr'" in r.stderr, r.stderr
-    r = tpas_grid('cmp', '--dry-run', '--root', tmp_path / 'grid', '--set', 'seed=3')
+    r = tpas_grid('cmp', '--dry-run', '--root', tmp_path / 'grid', '--round', 'grid', '--set', 'seed=3')
     assert r.returncode == 2 and 'set by the grid' in r.stderr, r.stderr
     assert not (tmp_path / 'grid').exists()
 
@@ -41,8 +42,16 @@ def test_status_reads_the_folders(tmp_path):
     (done / 'metrics.json').write_text(json.dumps({'train': {'steps': 7, 'wall_s': 12.5}}))
     failed = root / 'cmp' / 'cmp' / 'seed0'; failed.mkdir(parents=True)
     (failed / 'error.txt').write_text('Traceback (most recent call last):\nRuntimeError: boom\n')
-    r = tpas_grid('cmp', '--status', '--root', root, '--set', 'epochs=3')
+    r = tpas_grid('cmp', '--status', '--root', root, '--round', 'grid', '--set', 'epochs=3')
     assert r.returncode == 0, r.stderr
     lines = {tuple(l.split()[:3]) for l in r.stdout.splitlines()}
     assert ('+PE', '1', 'done') in lines and ('CMP', '0', 'failed') in lines and ('+PE', '0', 'missing') in lines, r.stdout
     assert 'RuntimeError: boom' in r.stdout
+
+
+def test_unknown_round_is_refused(tmp_path):
+    r = tpas_grid('cmp', '--dry-run', '--root', tmp_path / 'records')
+    assert r.returncode == 2 and "unknown grid round 'records'" in r.stderr and "the rounds: ['grid', 'grid_v2'" in r.stderr, r.stderr
+    r = tpas_grid('cmp', '--dry-run', '--root', tmp_path / 'records', '--round', 'grid')
+    assert r.returncode == 0 and 'would train' in r.stdout, r.stderr
+    assert not (tmp_path / 'records').exists()

@@ -10,7 +10,7 @@ import torch
 from tpas_nb.data.pab import synthpab_vocab
 from tpas_nb.methods import build_method, method_table
 from tpas_nb.models.encoders import SHIPPED, load_xvlm_checkpoint, resolve_checkpoint, weights_dir
-from tpas_nb.pretrain import checkpoint_paths, corpus_dir, PRETRAIN_CORPUS
+from tpas_nb.pretrain import checkpoint_paths, corpus_dir, PRETRAIN_CORPORA
 from tpas_nb.runs import file_digest as _sha256
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_the_command_regenerates_the_first_epoch(tmp_path):
     stage = PROV3['stages'][0]
     first = stage['val_curve'][0]
     env = dict(os.environ, OMP_NUM_THREADS=str(stage['threads']))
-    r = subprocess.run(['tpas_pretrain', '--out-dir', str(tmp_path / 'run'), '--dest', str(tmp_path / 'w'), '--no-progress',
+    r = subprocess.run(['tpas_pretrain', '--out-dir', str(tmp_path / 'run'), '--dest', str(tmp_path / 'w'), '--no-progress', '--synthpab-version', '3',
                         '--threads', str(stage['threads']), '--stop-after', str(first['step'])],
                        capture_output=True, text=True, cwd=REPO, env=env, timeout=4 * 3600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -73,4 +73,5 @@ def test_the_command_regenerates_the_first_epoch(tmp_path):
     val = state['val_history'][0]
     assert val['step'] == first['step']
     for k in ('R1', 'mAP', 'hard_pair_acc'): assert abs(val[k] - first[k]) <= 0.5, (k, val[k], first[k])
-    assert corpus_dir() and json.loads((corpus_dir() / 'synthpab.json').read_text())['images'] == PRETRAIN_CORPUS['images']
+    c3 = corpus_dir(corpus=PRETRAIN_CORPORA[3])
+    assert json.loads((c3 / 'synthpab.json').read_text())['images'] == PRETRAIN_CORPORA[3]['images']

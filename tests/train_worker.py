@@ -8,6 +8,7 @@ import argparse, json, os, signal
 import torch
 torch.set_num_threads(1)          # the same arithmetic in every process and every test
 import tpas_nb.train as T
+import tpas_nb.training.trainer as trainer_module
 from tpas_nb.runs import resolve_data_root
 from tpas_nb.eval.benchmark import evaluate_run
 from toy_method import ToyMethod
@@ -47,11 +48,11 @@ def main():
     if a.mode == 'train':
         config = load_config(a.path)
         if a.kill_after_epoch:
-            save_state = T.save_state
+            save_state = trainer_module.save_state
             def save_then_die(path, state):
                 save_state(path, state)
                 if state['epoch'] >= a.kill_after_epoch and state['micro'] == 0: os.kill(os.getpid(), signal.SIGKILL)
-            T.save_state = save_then_die
+            trainer_module.save_state = save_then_die      # the name CheckpointCB calls
         T.train(config, progress=False, method=toy(config) if a.toy else None)
         T.close_process_group()
     elif a.mode == 'grads':

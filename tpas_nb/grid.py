@@ -13,20 +13,29 @@ import pandas as pd
 import scipy.stats
 import yaml
 
-from .config import RunConfig, PROFILES, from_dict, to_dict, load_config, config_diff
+from filelock import FileLock
+
+from .config import RunConfig, PROFILES, from_dict, to_dict, load_config, save_config, config_diff
 from .methods import method_key
 from .methods.seda import ABLATION_ROWS
 from .methods.qcalign import QCT_ARMS
 from .methods.gradco import GRADCO_ARMS
+from .data.pab import PABFolder, PABTestDataset
+from .data.synth import make_test_variant
 from .data.weather import WEATHERS
+from .runs import RUN_FILES, Run, RunFolder
+from .eval.benchmark import evaluate_split
+from .eval.diagnostics import diagnose_run
+from .eval.retrieval import FUSION_WEIGHTS, embed_gallery, embed_queries, fusion_r1, rank, rerank_changes, similarity, unpack_hits
+from .train import train
 
 # %% auto #0
 __all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'FINAL_SPLITS_OF', 'TEST_REPLICAS', 'GRID_PROFILE', 'GRID_FIELDS',
-           'RUN_STATES', 'DIAGNOSE_GRIDS', 'METRICS', 'DIAGNOSTICS', 'RERANK_COLUMNS', 'DRAW_METRICS',
-           'REPLICA_VARIANT', 'RERANK_SPLITS', 'RERANK_OFF', 'RECORD_FILES', 'replica_split', 'merge', 'grid_budget',
-           'arm_slug', 'arm_from_slug', 'run_dir', 'run_state', 'grid_arms', 'grid_config', 'same_config',
-           'grid_status', 'find_same_run', 'finished_runs', 'diagnose_grid', 'run_grid', 'flatten_metrics', 'collect',
-           'summarise', 'paired_delta', 'grid_hours', 'run_hits', 'seed_variance', 'test_replica', 'split_folder',
+           'DIAGNOSE_GRIDS', 'METRICS', 'DIAGNOSTICS', 'RERANK_COLUMNS', 'DRAW_METRICS', 'REPLICA_VARIANT',
+           'RERANK_SPLITS', 'RERANK_OFF', 'RECORD_FILES', 'replica_split', 'merge', 'grid_round', 'grid_budget',
+           'arm_slug', 'arm_from_slug', 'run_dir', 'grid_arms', 'grid_config', 'same_config', 'grid_status',
+           'find_same_run', 'finished_runs', 'diagnose_grid', 'run_grid', 'flatten_metrics', 'collect', 'summarise',
+           'paired_delta', 'grid_hours', 'run_hits', 'seed_variance', 'test_replica', 'split_folder',
            'evaluate_replicas', 'replicas_grid', 'rerank_study', 'fused_r1', 'rerank_grid', 'check_records',
            'parse_sets', 'grid_cli']
 
@@ -73,9 +82,17 @@ def merge(base: dict, over: dict) -> dict:
         out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
     return out
 
-def grid_budget(root='runs/grid', grid: str | None = None) -> dict:
-    "RunConfig fields shared by every run of a round (of one grid): the GRID_ROUNDS entry named by root's last folder ('grid', the current round, for any other name)."
-    profile, changes, per_grid = GRID_ROUNDS.get(Path(root).name, GRID_ROUNDS['grid'])
+def grid_round(root, round_: str | None = None) -> str:
+    "The round of the records under `root`: `round_` when given, else root's folder name when it names one; any other name is refused."
+    name = round_ if round_ is not None else Path(root).name
+    if name not in GRID_ROUNDS:
+        how = '' if round_ is not None else f" (the folder name of {str(root)!r}; name the round: round_=..., tpas_grid --round NAME)"
+        raise ValueError(f"unknown grid round {name!r}{how}; the rounds: {list(GRID_ROUNDS)}")
+    return name
+
+def grid_budget(round_: str = 'grid', grid: str | None = None) -> dict:
+    "RunConfig fields shared by every run of a round (of one grid): the GRID_ROUNDS entry `round_` ('grid': the current round)."
+    profile, changes, per_grid = GRID_ROUNDS[grid_round('', round_)]
     return merge(merge(PROFILES[profile], changes), per_grid.get(grid, {}))
 
 GRID_PROFILE = GRID_ROUNDS['grid'][0]   # the current round's profile
@@ -94,16 +111,6 @@ def run_dir(root, grid: str, arm: str, seed: int) -> Path:
     "The run folder of (grid, arm, seed) under `root`."
     return Path(root) / grid / arm_slug(arm) / f'seed{seed}'
 
-RUN_STATES = ('done', 'failed', 'partial', 'missing')
-
-def run_state(folder) -> str:
-    "done (metrics.json), failed (error.txt), partial (config.yaml) or missing."
-    folder = Path(folder)
-    if (folder / 'metrics.json').exists(): return 'done'
-    if (folder / 'error.txt').exists(): return 'failed'
-    if (folder / 'config.yaml').exists(): return 'partial'
-    return 'missing'
-
 # %% ../nbs/41_grid.ipynb #e8d32972
 def grid_arms(grid: str, arms=None) -> list[str]:
     "The arm labels of `grid` (all, or those named in `arms` by label or slug), in the grid's order."
@@ -115,9 +122,11 @@ def grid_arms(grid: str, arms=None) -> list[str]:
     wanted = {a if a in GRIDS[grid] else by_slug[a] for a in arms}
     return [a for a in GRIDS[grid] if a in wanted]
 
-def grid_config(grid: str, arm: str, seed: int, root='runs/grid', overrides: dict | None = None) -> RunConfig:
-    "The RunConfig of one run: the round's budget (`grid_budget(root)`) merged with `overrides` and the arm's own, the arm's method and switches, the seed, the run folder."
-    budget = merge(grid_budget(root, grid), overrides or {})
+def grid_config(grid: str, arm: str, seed: int, root='runs/grid', overrides: dict | None = None,
+                round_: str | None = None,   # the round (default: root's folder name, `grid_round`)
+               ) -> RunConfig:
+    "The RunConfig of one run: the round's budget (`grid_budget`) merged with `overrides` and the arm's own, the arm's method and switches, the seed, the run folder."
+    budget = merge(grid_budget(grid_round(root, round_), grid), overrides or {})
     if set(budget) & set(GRID_FIELDS):
         raise ValueError(f"{sorted(set(budget) & set(GRID_FIELDS))} are set by the grid, not by the budget")
     method, switches, *arm_over = GRIDS[grid][arm]
@@ -134,12 +143,6 @@ def same_config(a: RunConfig, b: RunConfig) -> bool:
     return strip(a) == strip(b)
 
 # %% ../nbs/41_grid.ipynb #56d89781
-def _log_steps(folder: Path) -> int:
-    "Steps logged by a partial run (last line of log.jsonl)."
-    log = folder / 'log.jsonl'
-    lines = [l for l in log.read_text().splitlines() if l.strip()] if log.exists() else []
-    return json.loads(lines[-1])['step'] if lines else 0
-
 def _seeds_on_disk(root, grid: str) -> set[int]:
     return {int(p.name[4:]) for p in (Path(root) / grid).glob('*/seed*') if p.name[4:].isdigit()}
 
@@ -149,53 +152,46 @@ def grid_status(root, grid: str, seeds=None, arms=None) -> pd.DataFrame:
     rows = []
     for seed in sorted(planned | (set() if seeds is not None else _seeds_on_disk(root, grid))):
         for arm in grid_arms(grid, arms):
-            f = run_dir(root, grid, arm, seed)
-            if seed not in planned and not f.exists(): continue
-            state, steps, wall, err = run_state(f), 0, np.nan, ''
+            f = RunFolder(run_dir(root, grid, arm, seed))
+            if seed not in planned and not f.path.exists(): continue
+            state, steps, wall, err = f.status, 0, np.nan, ''
             if state == 'done':
-                tr = json.loads((f / 'metrics.json').read_text())['train']
+                tr = f.metrics['train']
                 steps, wall = tr['steps'], tr['wall_s']
             elif state in ('partial', 'failed'):
-                steps = _log_steps(f)
-                if state == 'failed': err = ((f / 'error.txt').read_text().strip().splitlines() or [''])[-1][:200]
-            rows.append(dict(arm=arm, seed=seed, state=state, steps=steps, wall_s=wall, error=err, run_dir=str(f)))
+                steps = f.last_step                                  # a partial run: the last line of its log
+                if state == 'failed': err = (f.file('error').read_text().strip().splitlines() or [''])[-1][:200]
+            rows.append(dict(arm=arm, seed=seed, state=state, steps=steps, wall_s=wall, error=err, run_dir=str(f.path)))
     return pd.DataFrame(rows)
 
 # %% ../nbs/41_grid.ipynb #6378953f
 def find_same_run(root, config: RunConfig) -> Path | None:
     "A finished run under `root` (not config.out_dir) whose configuration equals `config` apart from out_dir."
     own = Path(config.out_dir).resolve()
-    for m in sorted(Path(root).glob(f'*/*/seed{config.seed}/metrics.json')):
-        f = m.parent
-        if f.resolve() == own or not (f / 'config.yaml').exists(): continue
-        try: other = load_config(f / 'config.yaml')
+    for m in sorted(Path(root).glob(f"*/*/seed{config.seed}/{RUN_FILES['metrics']}")):
+        f = RunFolder(m.parent)
+        if f.path.resolve() == own or not f.has('config'): continue
+        try: other = load_config(f.file('config'))
         except ValueError: continue
-        if same_config(other, config):
-            info = json.loads((f / 'grid.json').read_text()) if (f / 'grid.json').exists() else {}
-            return Path(info.get('reused_from') or f)
+        if same_config(other, config): return Path(f.grid_info.get('reused_from') or f.path)
     return None
-
-def _write_json(path: Path, d: dict):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix('.tmp'); tmp.write_text(json.dumps(d, indent=1)); tmp.replace(path)
 
 def _reuse(src: Path, config: RunConfig, info: dict):
     "Fill config.out_dir from the finished run `src` (metrics.json last)."
-    from tpas_nb.config import save_config
-    out = Path(config.out_dir)
-    save_config(config, out / 'config.yaml')
-    if (src / 'log.jsonl').exists(): shutil.copyfile(src / 'log.jsonl', out / 'log.jsonl')
-    _write_json(out / 'grid.json', {**info, 'reused_from': str(src)})
-    _write_json(out / 'metrics.json', json.loads((src / 'metrics.json').read_text()))
+    out, src = RunFolder(config.out_dir), RunFolder(src)
+    save_config(config, out.file('config'))
+    if src.has('log'): shutil.copyfile(src.file('log'), out.file('log'))
+    out.write_json('grid', {**info, 'reused_from': str(src.path)})
+    out.write_json('metrics', src.metrics)
 
 DIAGNOSE_GRIDS = ('gradco',)   # grids whose finished runs also get diagnostics.json (31_diagnostics, GradCO Table 7)
 
 def _diagnose(out: Path) -> bool:
     "diagnose_run on a finished run; a failure is written to diagnostics_error.txt, never raised (the run itself is fine)."
-    from tpas_nb.eval.diagnostics import diagnose_run
-    (out / 'diagnostics_error.txt').unlink(missing_ok=True)
+    err = RunFolder(out).file('diagnostics_error')
+    err.unlink(missing_ok=True)
     try: diagnose_run(out); return True
-    except Exception: (out / 'diagnostics_error.txt').write_text(traceback.format_exc()); return False
+    except Exception: err.write_text(traceback.format_exc()); return False
 
 def finished_runs(grid: str, root='runs/grid', seeds=None, arms=None):
     "(arm, seed, run folder) of every finished run of `grid` (grid_status order)."
@@ -206,7 +202,7 @@ def diagnose_grid(grid: str, root='runs/grid', seeds=None, arms=None, redo: bool
     "diagnostics.json for every finished run of `grid` that lacks one (all of them with redo)."
     rows = []
     for arm, seed, f in finished_runs(grid, root, seeds, arms):
-        if (f / 'diagnostics.json').exists() and not redo: continue
+        if RunFolder(f).has('diagnostics') and not redo: continue
         t0 = time.time(); ok = _diagnose(f)
         rows.append(dict(arm=arm, seed=seed, ok=ok, seconds=round(time.time() - t0, 1)))
         print(f"{grid} / {arm} / seed {seed}: diagnostics {'written' if ok else 'failed (diagnostics_error.txt)'} in {time.time() - t0:.0f} s", flush=True)
@@ -214,9 +210,26 @@ def diagnose_grid(grid: str, root='runs/grid', seeds=None, arms=None, redo: bool
 
 def _replicas(out: Path, replicas: int) -> bool:
     "evaluate_replicas on a finished run; a failure is written to replicas_error.txt, never raised (the run itself is fine)."
-    (out / 'replicas_error.txt').unlink(missing_ok=True)
+    err = RunFolder(out).file('replicas_error')
+    err.unlink(missing_ok=True)
     try: evaluate_replicas(out, replicas); return True
-    except Exception: (out / 'replicas_error.txt').write_text(traceback.format_exc()); return False
+    except Exception: err.write_text(traceback.format_exc()); return False
+
+def _run_one(grid: str, arm: str, seed: int, config: RunConfig, root, dry_run: bool, reuse: bool, train_fn: Callable, progress: bool) -> tuple[str, str]:
+    "(state before, action) of one run of a grid: a finished run is skipped, an identical finished run reused, any other trained or resumed (a failure written to error.txt)."
+    out = RunFolder(config.out_dir)
+    before = out.status
+    if before == 'done': return before, 'skipped'
+    src = find_same_run(root, config) if reuse else None
+    if dry_run: return before, 'would reuse' if src else 'would resume' if out.has('state') else 'would train'
+    info = dict(grid=grid, arm=arm, seed=seed, method=config.method, method_args=config.method_args)
+    out.write_json('grid', info)
+    out.file('error').unlink(missing_ok=True)
+    if src: _reuse(src, config, info); return before, 'reused'
+    action = 'resumed' if out.has('state') else 'trained'
+    try: train_fn(config, progress=progress)
+    except Exception: out.file('error').write_text(traceback.format_exc()); action = 'failed'
+    return before, action
 
 def run_grid(grid: str,                          # a key of GRIDS
              seeds=(0, 1, 2),                    # seeds, in the order they are run
@@ -228,38 +241,23 @@ def run_grid(grid: str,                          # a key of GRIDS
              reuse: bool = True,                 # copy the metrics of an identical finished run under root
              train_fn: Callable | None = None,   # train(config, progress=) -> run folder (default tpas_nb.train.train, evaluated on GRID_FINAL_SPLITS)
              replicas: int | None = None,        # draws of the test split besides 'test' (evaluate_replicas); None: TEST_REPLICAS with the default train_fn, else 0
+             round_: str | None = None,          # the round whose budget the runs get (default: root's folder name, `grid_round`)
             ) -> pd.DataFrame:                   # one row per run: state before, action, state after, seconds
     "Train every missing (arm, seed) of `grid`, seed-major, resuming partial runs and going on past failures."
     arm_list = grid_arms(grid, arms)
-    plan = [(seed, arm, grid_config(grid, arm, seed, root, overrides)) for seed in seeds for arm in arm_list]  # validates first
+    plan = [(seed, arm, grid_config(grid, arm, seed, root, overrides, round_)) for seed in seeds for arm in arm_list]  # validates first
     if replicas is None: replicas = TEST_REPLICAS if train_fn is None else 0
-    if train_fn is None and not dry_run:
-        from tpas_nb.train import train
-        train_fn = functools.partial(train, final_splits=FINAL_SPLITS_OF.get(grid, GRID_FINAL_SPLITS))
+    if train_fn is None: train_fn = functools.partial(train, final_splits=FINAL_SPLITS_OF.get(grid, GRID_FINAL_SPLITS))
     rows, changed = [], []
     for i, (seed, arm, config) in enumerate(plan):
-        out, t0 = Path(config.out_dir), time.time()
-        before = run_state(out)
-        src = find_same_run(root, config) if reuse and before != 'done' else None
-        if before == 'done':
-            action = 'skipped'
-            if (out / 'config.yaml').exists() and not same_config(load_config(out / 'config.yaml'), config): changed.append(f'{arm}/seed{seed}')
-        elif dry_run: action = 'would reuse' if src else 'would resume' if (out / 'state.pt').exists() else 'would train'
-        else:
-            info = dict(grid=grid, arm=arm, seed=seed, method=config.method, method_args=config.method_args)
-            _write_json(out / 'grid.json', info)
-            (out / 'error.txt').unlink(missing_ok=True)
-            if src: _reuse(src, config, info); action = 'reused'
-            else:
-                action = 'resumed' if (out / 'state.pt').exists() else 'trained'
-                try: train_fn(config, progress=progress)
-                except Exception:
-                    (out / 'error.txt').write_text(traceback.format_exc()); action = 'failed'
-        after = run_state(out)
-        if grid in DIAGNOSE_GRIDS and after == 'done' and action in ('trained', 'resumed', 'reused'): _diagnose(out)
-        if replicas and after == 'done' and action in ('trained', 'resumed', 'reused'): _replicas(out, replicas)
+        out, t0 = RunFolder(config.out_dir), time.time()
+        before, action = _run_one(grid, arm, seed, config, root, dry_run, reuse, train_fn, progress)
+        if action == 'skipped' and out.has('config') and not same_config(load_config(out.file('config')), config): changed.append(f'{arm}/seed{seed}')
+        after = out.status
+        if grid in DIAGNOSE_GRIDS and after == 'done' and action in ('trained', 'resumed', 'reused'): _diagnose(out.path)
+        if replicas and after == 'done' and action in ('trained', 'resumed', 'reused'): _replicas(out.path, replicas)
         rows.append(dict(grid=grid, arm=arm, seed=seed, before=before, action=action, after=after,
-                         seconds=round(time.time() - t0, 1), run_dir=str(out)))
+                         seconds=round(time.time() - t0, 1), run_dir=str(out.path)))
         if action not in ('skipped',) and not dry_run:
             print(f"[{i + 1}/{len(plan)}] {grid} / {arm} / seed {seed}: {action} in {time.time() - t0:.0f} s -> {after}", flush=True)
     df = pd.DataFrame(rows)
@@ -295,7 +293,7 @@ DIAGNOSTICS: dict[str, tuple[str, float]] = {   # collect() column -> (key of di
 
 def _diag_columns(folder: Path) -> dict:
     "The DIAGNOSTICS columns of a run folder (NaN where diagnostics.json or a key is missing)."
-    d = json.loads((folder / 'diagnostics.json').read_text()) if (folder / 'diagnostics.json').exists() else {}
+    d = RunFolder(folder).read_json('diagnostics')
     return {c: d[k] * s if d.get(k) is not None else np.nan for c, (k, s) in DIAGNOSTICS.items()}
 
 RERANK_COLUMNS: dict[str, tuple] = {   # collect() column -> path in rerank.json (rerank_study): the test queries ITM re-ranking changes
@@ -305,7 +303,7 @@ RERANK_COLUMNS: dict[str, tuple] = {   # collect() column -> path in rerank.json
 
 def _rerank_columns(folder: Path) -> dict:
     "The RERANK_COLUMNS of a run folder (NaN without rerank.json)."
-    d = json.loads((folder / 'rerank.json').read_text()) if (folder / 'rerank.json').exists() else {}
+    d = RunFolder(folder).read_json('rerank')
     return {c: _get(d, p) for c, p in RERANK_COLUMNS.items()}
 
 def _get(d: dict, path: tuple):
@@ -336,18 +334,18 @@ def _order(df: pd.DataFrame) -> pd.DataFrame:
     return df.iloc[sorted(range(len(df)), key=key.__getitem__)].reset_index(drop=True)
 
 def _records(root, name: str, grids=None):
-    "(folder, grid, arm label, seed, grid.json) of every run folder under `root` that holds the file `name` (of `grids`, default all)."
-    for p in Path(root).glob(f'*/*/seed*/{name}'):
+    "(folder, grid, arm label, seed, grid.json) of every run folder under `root` that holds the file `name` (a key of RUN_FILES; of `grids`, default all)."
+    for p in Path(root).glob(f'*/*/seed*/{RUN_FILES[name]}'):
         f = p.parent; grid = f.parent.parent.name
         if grids is not None and grid not in grids: continue
-        info = json.loads((f / 'grid.json').read_text()) if (f / 'grid.json').exists() else {}
+        info = RunFolder(f).grid_info
         yield f, grid, info.get('arm') or arm_from_slug(grid, f.parent.name), int(f.name[4:]), info
 
 def collect(root='runs/grid', grids=None) -> pd.DataFrame:
     "One row per finished run under `root` (of `grids`, default all): grid, arm, seed, method, switches, data, metrics."
     rows = []
-    for f, grid, arm, seed, info in _records(root, 'metrics.json', grids):
-        m = json.loads((f / 'metrics.json').read_text())
+    for f, grid, arm, seed, info in _records(root, 'metrics', grids):
+        m = RunFolder(f).metrics
         rows.append(dict(grid=grid, arm=arm, seed=seed,
                          method=m['method'], method_args=m.get('method_args', {}), data='SynthPAB' if m.get('synthetic') else 'PAB',
                          **flatten_metrics(m), **_diag_columns(f), **_rerank_columns(f), run_dir=str(f), reused_from=info.get('reused_from', '')))
@@ -424,10 +422,9 @@ def run_hits(root, grid: str, arm: str,
              split: str = 'test',  # a split of metrics.json, or 'test4': the test split and its TEST_REPLICAS draws, queries one after the other
              itc: bool = False) -> pd.DataFrame:
     "Rank-1 hits per query of every finished seed of one arm (rows: seeds), from metrics.json's r1_hits (`30_retrieval`); runs without them are left out."
-    from tpas_nb.eval.retrieval import unpack_hits
     names = [replica_split(k) for k in range(TEST_REPLICAS + 1)] if split == 'test4' else [split]
     rows = {}
-    for mf in sorted((Path(root) / grid / arm_slug(arm)).glob('seed*/metrics.json'), key=lambda p: int(p.parent.name[4:])):
+    for mf in sorted((Path(root) / grid / arm_slug(arm)).glob(f"seed*/{RUN_FILES['metrics']}"), key=lambda p: int(p.parent.name[4:])):
         splits = json.loads(mf.read_text())['splits']
         parts = []
         for n in names:
@@ -457,8 +454,6 @@ def test_replica(data_root,  # a SynthPAB folder (synthpab.json)
                  k: int,     # the draw: SynthPAB seed + k (k = 0 draws the test split's own people again)
                 ) -> Path:   # a test-format PAB folder of as many pairs as the test split, rendered once beside data_root
     "Draw k of the test split of the SynthPAB at `data_root`."
-    from filelock import FileLock
-    from tpas_nb.data.synth import make_test_variant
     root = Path(data_root)
     if not (root / 'synthpab.json').exists(): raise ValueError(f"{root} is not a SynthPAB folder (no synthpab.json): real PAB has one test split")
     meta = json.loads((root / 'synthpab.json').read_text())
@@ -470,12 +465,11 @@ def test_replica(data_root,  # a SynthPAB folder (synthpab.json)
 
 def _reused_source(f: Path) -> Path | None:
     "The run folder that the grid run `f` reuses (grid.json's `reused_from`, under f's own records root), or None."
-    info = json.loads((f / 'grid.json').read_text()) if (f / 'grid.json').exists() else {}
+    info = RunFolder(f).grid_info
     return f.parents[2].joinpath(*Path(info['reused_from']).parts[-3:]) if info.get('reused_from') else None
 
 def split_folder(data_root, split: str):
     "(PABFolder, split name) that holds `split` of the SynthPAB at `data_root`: 'test@k' is the test split of draw k (`test_replica`), any other split is data_root's own."
-    from tpas_nb.data.pab import PABFolder
     return (PABFolder(test_replica(data_root, int(split.split('@')[1]))), 'test') if '@' in split else (PABFolder(data_root), split)
 
 def evaluate_replicas(run_dir,                      # a finished grid run (metrics.json)
@@ -483,24 +477,22 @@ def evaluate_replicas(run_dir,                      # a finished grid run (metri
                       progress: bool = False,
                      ) -> list[str]:                # the splits added to its metrics.json
     "Evaluate a finished SynthPAB run's final weights on draws 1..replicas of the test split ('test@k' in its metrics.json); a reused run copies them from its source."
-    from tpas_nb.runs import Run, atomic_write
-    from tpas_nb.eval.benchmark import evaluate_split
-    f = Path(run_dir); mf = f / 'metrics.json'
-    m = json.loads(mf.read_text())
+    f = RunFolder(run_dir)
+    m = f.metrics
     todo = [replica_split(k) for k in range(1, replicas + 1) if replica_split(k) not in m['splits']]
     if not todo or not m.get('synthetic'): return []
-    if src := _reused_source(f):                                      # the numbers of the run it reuses (evaluated first where needed)
+    if src := _reused_source(f.path):                                 # the numbers of the run it reuses (evaluated first where needed)
         evaluate_replicas(src, replicas, progress)
-        m['splits'].update({s: json.loads((src / 'metrics.json').read_text())['splits'][s] for s in todo})
+        m['splits'].update({s: RunFolder(src).metrics['splits'][s] for s in todo})
     else:
-        run, t0 = Run(f), time.time()
+        run, t0 = Run(f.path), time.time()
         method, c = run.load_method('best'), run.config
         for s in todo:
             folder, name = split_folder(run.data_root, s)
             m['splits'][s] = evaluate_split(method, folder, name, run.tokenizer, run.max_len, c.k_test, c.eval_batch,
                                             progress=progress, itm_score=c.itm_score)
         m['replicas_wall_s'] = round(m.get('replicas_wall_s', 0.0) + time.time() - t0, 1)
-    atomic_write(mf, lambda p: p.write_text(json.dumps(m, indent=1)))
+    f.write_json('metrics', m)
     return todo
 
 def replicas_grid(grid: str, root='runs/grid', seeds=None, arms=None, replicas: int = TEST_REPLICAS) -> pd.DataFrame:
@@ -518,8 +510,6 @@ RERANK_OFF = ('ucc', 'heldout', 'weather:dark', *(replica_split(k) for k in rang
 
 def _study_split(run, method, split: str, weights: tuple, progress: bool = False) -> dict:
     "R@1 per fusion weight and the ITM re-ranking's changes on one split of a finished run ('test@k': draw k of the test split)."
-    from tpas_nb.data.pab import PABTestDataset
-    from tpas_nb.eval.retrieval import embed_gallery, embed_queries, rank, similarity, fusion_r1, rerank_changes
     c = run.config
     folder, name = split_folder(run.data_root, split)
     ds = PABTestDataset(folder, name, img_size=method.backbone.img_size, pose=method.needs_pose)
@@ -537,20 +527,18 @@ def rerank_study(run_dir,                    # a finished run (metrics.json)
                  splits=RERANK_SPLITS,       # val (always) and the splits to read it on: 'test', 'ucc', 'heldout', 'weather:dark', 'test@k'
                 ) -> dict:                   # what rerank.json holds
     "R@1 of ITM + w·ITC on val and `splits` for each weight, and the queries the ITM re-ranking wins and loses; written to rerank.json, to which a later call adds the splits it lacks."
-    from tpas_nb.runs import Run, atomic_write
-    from tpas_nb.eval.retrieval import FUSION_WEIGHTS
-    f = Path(run_dir)
+    f = RunFolder(run_dir)
     splits = tuple(dict.fromkeys(('val', *splits)))
-    old = json.loads((f / 'rerank.json').read_text()) if (f / 'rerank.json').exists() else None
+    old = f.read_json('rerank') or None
     if old and weights is not None and [str(float(w)) for w in weights] != old['weights']:
-        raise ValueError(f"{f / 'rerank.json'} has the weights {old['weights']}; pass weights=None to add splits at those")
+        raise ValueError(f"{f.file('rerank')} has the weights {old['weights']}; pass weights=None to add splits at those")
     if old and set(splits) <= set(old['splits']): return old                  # nothing to add
-    if src := _reused_source(f):                                      # the study of the run it reuses
+    if src := _reused_source(f.path):                                 # the study of the run it reuses
         out = rerank_study(src, weights, progress, splits)
     else:
-        if run_state(f) != 'done': raise ValueError(f"{f} is not a finished run (no metrics.json)")
+        if f.status != 'done': raise ValueError(f"{f.path} is not a finished run (no metrics.json)")
         weights = tuple(float(w) for w in old['weights']) if old else tuple(float(w) for w in (FUSION_WEIGHTS if weights is None else weights))
-        run, t0 = Run(f), time.time()
+        run, t0 = Run(f.path), time.time()
         method = run.load_method('best')
         done = old['splits'] if old else {}
         new = {s: _study_split(run, method, s, weights, progress) for s in splits if s not in done}
@@ -558,7 +546,7 @@ def rerank_study(run_dir,                    # a finished run (metrics.json)
         out = dict(k_test=run.config.k_test, itm_score=run.config.itm_score, temperature=float(method.backbone.temperature().detach()),
                    weights=[str(w) for w in weights], w_val=str(best), splits=done | new,
                    seconds=round((old['seconds'] if old else 0.0) + time.time() - t0, 1))
-    atomic_write(f / 'rerank.json', lambda p: p.write_text(json.dumps(out, indent=1)))
+    f.write_json('rerank', out)
     return out
 
 def _fused_column(split: str) -> str:
@@ -570,8 +558,8 @@ def fused_r1(root='runs/grid', grids=None,
             ) -> tuple[pd.DataFrame, float]: # (grid, arm, seed, test_fused_R1 and the other splits studied; the weight)
     "R@1 of ITM + w·ITC for every run with a rerank.json, at one weight for all of them: on test, on every other split some run was studied on (NaN where a run was not), and over the four draws (test4_fused_R1, where a run has them all)."
     rows = []
-    for f, grid, arm, seed, _ in _records(root, 'rerank.json', grids):
-        r = json.loads((f / 'rerank.json').read_text())
+    for f, grid, arm, seed, _ in _records(root, 'rerank', grids):
+        r = RunFolder(f).read_json('rerank')
         rows.append(dict(grid=grid, arm=arm, seed=seed, R1={s: {float(k): v for k, v in d['R1'].items()} for s, d in r['splits'].items()}))
     if not rows: return pd.DataFrame(columns=['grid', 'arm', 'seed', 'test_fused_R1']), np.nan if w is None else w
     common = sorted(set.intersection(*(set(r['R1']['val']) for r in rows)))
@@ -590,14 +578,15 @@ def rerank_grid(grid: str, root='runs/grid', seeds=None, arms=None, redo: bool =
     "rerank.json for every finished run of `grid` that lacks one, or lacks one of `splits` (`tpas_grid GRID --rerank [--rerank-splits ...]`); a run whose weights are not on this machine (git keeps records, not weights) is skipped and reported."
     rows, need = [], set(('val', *splits))
     for arm, seed, folder in finished_runs(grid, root, seeds, arms):
-        has = set(json.loads((folder / 'rerank.json').read_text())['splits']) if (folder / 'rerank.json').exists() and not redo else set()
+        f = RunFolder(folder)
+        has = set(f.read_json('rerank')['splits']) if f.has('rerank') and not redo else set()
         if need <= has: continue
-        src = _reused_source(folder) or folder
-        if not (src / 'best.safetensors').exists():
-            print(f"{grid} / {arm} / seed {seed}: skipped, no {src / 'best.safetensors'} (a record without its weights, which stayed "
+        best = RunFolder(_reused_source(folder) or folder).file('best')
+        if not best.exists():
+            print(f"{grid} / {arm} / seed {seed}: skipped, no {best} (a record without its weights, which stayed "
                   f"on the machine that trained it: remove the run folder and run the grid again to retrain it)", flush=True)
             rows.append(dict(arm=arm, seed=seed, added='skipped: no weights')); continue
-        if redo: (folder / 'rerank.json').unlink(missing_ok=True)
+        if redo: f.file('rerank').unlink(missing_ok=True)
         t0 = time.time(); r = rerank_study(folder, splits=splits)
         t = r['splits']['test']['R1'] if 'test' in r['splits'] else {'0.0': np.nan, 'inf': np.nan}
         rows.append(dict(arm=arm, seed=seed, w_val=r['w_val'], added=', '.join(sorted(need - has)), test_itm_R1=t['0.0'], test_itc_R1=t['inf'],
@@ -607,25 +596,26 @@ def rerank_grid(grid: str, root='runs/grid', seeds=None, arms=None, redo: bool =
     return pd.DataFrame(rows, columns=['arm', 'seed', 'w_val', 'added', 'test_itm_R1', 'test_itc_R1', 'seconds'])
 
 # %% ../nbs/41_grid.ipynb #6da66fb1
-RECORD_FILES = ('grid.json', 'config.yaml', 'metrics.json', 'diagnostics.json', 'rerank.json', 'log.jsonl')   # what git keeps of a grid run (.gitignore); weights and optimiser state stay local
+RECORD_FILES = tuple(RUN_FILES[k] for k in ('grid', 'config', 'metrics', 'diagnostics', 'rerank', 'log'))   # what git keeps of a grid run (.gitignore); weights and optimiser state stay local
 
 def check_records(root='runs/grid',                 # the grids' root
                   grids=None,                       # grid names (default: every grid under root)
                   overrides: dict | None = None,    # the --set overrides the runs were made with
+                  round_: str | None = None,        # the round they belong to (default: root's folder name, `grid_round`)
                  ) -> pd.DataFrame:                 # one row per finished run: grid, arm, seed, ok, problem
     "Every finished run under `root` against what its grid would run now: same configuration apart from the folder, and a reused run's source present."
-    rows = []
-    for f, grid, arm, seed, info in sorted(_records(root, 'metrics.json', grids), key=lambda r: str(r[0])):
-        problems = []
+    rows, round_ = [], grid_round(root, round_)
+    for f, grid, arm, seed, info in sorted(_records(root, 'metrics', grids), key=lambda r: str(r[0])):
+        problems, config = [], RunFolder(f).file('config')
         if arm not in GRIDS.get(grid, {}): problems.append(f'{arm!r} is not an arm of grid {grid!r}')
-        elif not (f / 'config.yaml').exists(): problems.append('no config.yaml')
+        elif not config.exists(): problems.append('no config.yaml')
         else:
-            try: diff = config_diff(load_config(f / 'config.yaml'), grid_config(grid, arm, seed, root, overrides), ignore=('out_dir',))
+            try: diff = config_diff(load_config(config), grid_config(grid, arm, seed, root, overrides, round_), ignore=('out_dir',))
             except ValueError as e: diff = {}; problems.append(f'config.yaml no longer loads: {e}')
             if diff: problems.append('configuration differs: ' + ', '.join(f'{k} {a!r} -> {b!r}' for k, (a, b) in diff.items()))
         if info.get('reused_from'):
-            src = Path(root).joinpath(*Path(info['reused_from']).parts[-3:])
-            if not (src / 'metrics.json').exists(): problems.append(f"reused from {info['reused_from']}, which is not under {root}")
+            src = RunFolder(Path(root).joinpath(*Path(info['reused_from']).parts[-3:]))
+            if not src.has('metrics'): problems.append(f"reused from {info['reused_from']}, which is not under {root}")
         rows.append(dict(grid=grid, arm=arm, seed=seed, ok=not problems, problem='; '.join(problems)))
     return _order(pd.DataFrame(rows, columns=['grid', 'arm', 'seed', 'ok', 'problem']))
 
@@ -652,6 +642,8 @@ def grid_cli(argv=None):
     ap.add_argument('grid', choices=list(GRIDS))
     ap.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
     ap.add_argument('--root', default='runs/grid', help='runs go to ROOT/GRID/ARM/seedK (default runs/grid)')
+    ap.add_argument('--round', dest='round_', default=None, choices=list(GRID_ROUNDS),
+                    help="the round whose budget the runs get (GRID_ROUNDS; default: ROOT's folder name, which must name a round)")
     ap.add_argument('--arms', nargs='+', default=None, help='arm labels or slugs (default: all)')
     ap.add_argument('--dry-run', action='store_true', help='show what would run')
     ap.add_argument('--status', action='store_true', help='show the state of every run and exit')
@@ -665,9 +657,9 @@ def grid_cli(argv=None):
     ap.add_argument('--set', action='append', default=[], metavar='KEY=VALUE', help="override the round's budget (grid_budget), e.g. epochs=4, optim.lr=1e-3")
     a = ap.parse_args(argv)
     try:
-        overrides = parse_sets(a.set)
+        overrides, round_ = parse_sets(a.set), grid_round(a.root, a.round_)
         arms = grid_arms(a.grid, a.arms)
-        for seed in a.seeds: grid_config(a.grid, arms[0], seed, a.root, overrides)   # fail on bad keys before any run
+        for seed in a.seeds: grid_config(a.grid, arms[0], seed, a.root, overrides, round_)   # fail on bad keys before any run
     except ValueError as e: ap.exit(2, f'tpas_grid: error: {e}\n')
     with pd.option_context('display.width', 200, 'display.max_rows', 500, 'display.max_colwidth', 60):
         if a.status:
@@ -676,10 +668,10 @@ def grid_cli(argv=None):
         if a.replicas: replicas_grid(a.grid, a.root, a.seeds, arms); return
         if a.rerank: rerank_grid(a.grid, a.root, a.seeds, arms, splits=a.rerank_splits); return
         if a.check:
-            recs = check_records(a.root, [a.grid], overrides)
+            recs = check_records(a.root, [a.grid], overrides, round_)
             print(recs.to_string(index=False) if len(recs) else f'no finished runs of {a.grid} under {a.root}')
             if not recs.ok.all(): sys.exit(1)
             return
         df = run_grid(a.grid, seeds=a.seeds, root=a.root, arms=arms, dry_run=a.dry_run, overrides=overrides,
-                      progress=sys.stderr.isatty(), reuse=not a.no_reuse)
+                      progress=sys.stderr.isatty(), reuse=not a.no_reuse, round_=round_)
         if a.dry_run: print(df[['arm', 'seed', 'before', 'action', 'run_dir']].to_string(index=False))

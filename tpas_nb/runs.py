@@ -4,21 +4,68 @@
 
 # %% ../nbs/29_runs.ipynb #95394ef7
 from __future__ import annotations
-import hashlib, json, os, shutil
+import hashlib, json, os, re, shutil
 from functools import cached_property
 from pathlib import Path
 
 import torch
+from fastcore.docments import docments
 from filelock import FileLock
+from safetensors import safe_open
+from safetensors.torch import load_file, save_model
 from torch import nn
 
-from .config import RunConfig, DataConfig, BackboneConfig, get_preset, load_config, with_dropout
-
+from .config import RunConfig, DataConfig, BackboneConfig, get_preset, load_config, save_config, config_diff, with_dropout
+from .data.pab import PABFolder, make_tokenizer, pab_tokenizer
+from .data.synth import ensure_synthpab, spec_digest
+from .methods import build_method, switch_classes
+from .models.legacy import upgrade_state_dict
 
 # %% auto #0
-__all__ = ['EMB_LAYOUT', 'WEIGHTS', 'SWITCHES_HEADER', 'atomic_write', 'file_digest', 'save_weights', 'load_weights',
-           'cache_file', 'load_or_embed', 'synth_params', 'synth_cache_dir', 'resolve_data_root', 'run_backbone',
-           'build_run_method', 'RunError', 'Run', 'switch_parameters']
+__all__ = ['RUN_FILES', 'RUN_STATES', 'METRICS_SCHEMA', 'EMB_LAYOUT', 'RESUMABLE_CHANGES', 'WEIGHTS', 'SWITCHES_HEADER',
+           'atomic_write', 'file_digest', 'save_weights', 'load_weights', 'save_state', 'load_state', 'cache_file',
+           'load_or_embed', 'synth_params', 'synth_cache_dir', 'resolve_data_root', 'run_backbone', 'build_run_method',
+           'config_changes', 'vocab_list', 'RunFolder', 'write_run_files', 'RunError', 'Run', 'switch_parameters']
+
+# %% ../nbs/29_runs.ipynb #2738e0bc
+RUN_FILES: dict[str, str] = {   # role -> file name: the one place the files of a run folder are named
+    'config': 'config.yaml',                  # the RunConfig (00_config); train, at the start
+    'backbone': 'backbone.yaml',              # the preset as it was when the run started; train, once per run
+    'vocab': 'vocab.txt',                     # the run's own WordPiece vocabulary; train, once per run
+    'checkpoint': 'checkpoint.safetensors',   # the last weights; train, at each checkpoint
+    'state': 'state.pt',                      # the resume state: optimiser, schedule, RNG of every process, TrainState
+    'best': 'best.safetensors',               # the weights selected on val (with WiSE-FT: interpolated with the start)
+    'tuned': 'tuned.safetensors',             # a WiSE-FT run's selected weights before the interpolation
+    'log': 'log.jsonl',                       # one JSON line per optimiser step
+    'metrics': 'metrics.json',                # a finished run's numbers (METRICS_SCHEMA)
+    'init_report': 'init_report.json',        # what load_xvlm_checkpoint loaded (runs with an init_checkpoint)
+    'train_subset': 'train_subset.json',      # the records a train_subset run trained on
+    'loss_curves': 'loss_curves.png',         # figures of a finished run
+    'examples': 'retrieval_examples.png',
+    'embeddings': 'embeddings',               # folder of saved embeddings (`Run.embedding`)
+    'grid': 'grid.json',                      # a grid run: grid, arm, seed, switches, and `reused_from` (41_grid)
+    'error': 'error.txt',                     # a grid run that failed: its traceback
+    'diagnostics': 'diagnostics.json',        # GradCO Table 7's diagnostics of a finished run (31_diagnostics)
+    'diagnostics_error': 'diagnostics_error.txt',
+    'rerank': 'rerank.json',                  # the ITM re-ranking study of a finished run (41_grid)
+    'replicas_error': 'replicas_error.txt',   # a failed evaluation on the draws of the test split
+}
+
+RUN_STATES = ('done', 'failed', 'partial', 'missing')   # `RunFolder.status`, from the files above
+
+METRICS_SCHEMA: dict[str, str] = {   # metrics.json: key -> what it holds (written at the end of a run, 40_training's `run_metrics`)
+    'method': 'the method name (29_methods)', 'preset': "the backbone preset's name", 'method_args': 'the switches',
+    'data_root': 'the PAB folder trained and evaluated on', 'synthetic': 'whether it is a SynthPAB folder', 'out_dir': 'the run folder',
+    'selection': 'split, rule and step of the evaluated weights, with their val numbers',
+    'wise_alpha': "WiSE-FT's α of the evaluated weights (None: nothing was fine-tuned)",
+    'splits': 'split -> retrieval metrics (30_retrieval); the grid adds test@k, its draws of the test split',
+    'val_history': 'one val summary per evaluation during training',
+    'train': 'steps, epochs, batch, processes, samples, wall times, samples/s, device, precision, the last log line, speed (FLOPs, MFU)',
+    'eval_wall_s': 'seconds of the final evaluation', 'wall_s_this_session': 'seconds of the session that finished the run',
+    'parameters': 'trainable and total', 'peak_memory_mib': 'peak CPU RSS and CUDA allocation',
+    'init_checkpoint': 'the start (None: from scratch)', 'torch': 'the torch version',
+    'replicas_wall_s': 'seconds spent on the draws of the test split (41_grid, added later)',
+}
 
 # %% ../nbs/29_runs.ipynb #321c507e
 def atomic_write(path, write) -> Path:
@@ -41,14 +88,10 @@ def file_digest(path, chunk: int = 1 << 20) -> str:
 
 def save_weights(model: nn.Module, path, step: int) -> Path:
     "Write `model`'s state dict to a safetensors file (tied tensors once), atomically."
-    from safetensors.torch import save_model
     return atomic_write(path, lambda p: save_model(model, str(p), metadata={'step': str(step)}))
 
 def load_weights(model: nn.Module, path) -> int:
     "Load a `save_weights` file into `model` (strict; weights of an older layout are renamed by `upgrade_state_dict`); returns its step."
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-    from tpas_nb.models.legacy import upgrade_state_dict
     path = Path(path)
     if not path.exists(): raise FileNotFoundError(f"{path}: weights file not found")
     sd = upgrade_state_dict(load_file(str(path)))
@@ -60,13 +103,21 @@ def load_weights(model: nn.Module, path) -> int:
         raise ValueError(f"{path}: does not fit this model: missing {sorted(missing)[:8]}, unexpected {sorted(unexpected)[:8]}")
     with safe_open(str(path), 'pt') as f: return int((f.metadata() or {}).get('step', -1))
 
+def save_state(path, state: dict) -> Path:
+    "Write a resume state (tensors, numbers, strings, lists, dicts) atomically."
+    return atomic_write(path, lambda p: torch.save(state, p))
+
+def load_state(path) -> dict:
+    "Read a `save_state` file with `weights_only=True`."
+    return torch.load(Path(path), map_location='cpu', weights_only=True)
+
 
 _EMB_FIELDS = ('feat', 'tokens', 'mask')   # and 'weights' when the method keeps per-query weights for its cross encoder (GradCO)
 EMB_LAYOUT = 2   # 2: those weights are a field of their own; 1 (unversioned): appended to 'tokens' as channels
 
 def cache_file(run_dir, name: str) -> Path:
     "RUN_DIR/embeddings/<name>.pt, ':' replaced by '_' (`weather:rain` -> weather_rain.pt)."
-    return Path(run_dir) / 'embeddings' / f"{name.replace(':', '_')}.pt"
+    return Path(run_dir) / RUN_FILES['embeddings'] / f"{name.replace(':', '_')}.pt"
 
 def load_or_embed(path,                 # the .pt file of this embedding
                   key: dict,            # what the embedding depends on (JSON-serialisable)
@@ -96,7 +147,6 @@ def synth_params(data: DataConfig) -> dict:
 def synth_cache_dir(data: DataConfig) -> Path:
     "Where the SynthPAB of these parameters lives: <cache>/synthpab_<hash of parameters and generator version>."
     base = Path(data.cache_dir or os.environ.get('TPAS_NB_CACHE') or Path.home() / '.cache' / 'tpas_nb').expanduser()
-    from tpas_nb.data.synth import spec_digest
     params = synth_params(data)
     key = json.dumps(params if data.synth_version == 3 else dict(params, spec=spec_digest(data.synth_version)), sort_keys=True)   # version 3's folders keep their name
     return base / f"synthpab_{hashlib.sha1(key.encode()).hexdigest()[:10]}"
@@ -107,24 +157,93 @@ def resolve_data_root(data: DataConfig, progress: bool = True) -> Path:
         root = Path(data.root).expanduser()
         if not root.is_dir(): raise FileNotFoundError(f"data.root {root} is not a folder")
         return root
-    from tpas_nb.data.synth import ensure_synthpab
     root = synth_cache_dir(data)
     root.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(root.with_name(root.name + '.lock')):                 # filelock: fcntl, msvcrt or a lock file, whichever the OS has
         return ensure_synthpab(root, **synth_params(data), progress=progress)
 
-
 # %% ../nbs/29_runs.ipynb #17043553
 def run_backbone(config: RunConfig, run_dir=None) -> BackboneConfig:
     "The backbone of a run: `run_dir/backbone.yaml` (the preset as it was when the run started) if present, else the preset."
-    p = Path(run_dir) / 'backbone.yaml' if run_dir is not None else None
+    p = Path(run_dir) / RUN_FILES['backbone'] if run_dir is not None else None
     return load_config(p, BackboneConfig) if p is not None and p.exists() else with_dropout(get_preset(config.preset), config.dropout)
 
 def build_run_method(config: RunConfig, tokenizer, run_dir=None) -> nn.Module:
     "The method of `config` (by name, backbone and switches) for this tokenizer; a run folder's own backbone wins over the preset."
-    from tpas_nb.methods import build_method
     return build_method(config.method, preset=run_backbone(config, run_dir), tokenizer=tokenizer, **config.method_args)
 
+# %% ../nbs/29_runs.ipynb #3884aad9
+RESUMABLE_CHANGES = ('device', 'mixed_precision', 'k_test', 'itm_score', 'wise_alpha', 'eval_batch', 'val_every', 'checkpoint_every', 'out_dir',
+                     'data.num_workers', 'data.cache_dir', 'data.image_cache_mib', 'data.token_cache')   # may differ between a run and its resumption
+
+def config_changes(old: RunConfig, new: RunConfig) -> dict:
+    "Fields that differ between two configs and matter for resuming: {name: (old, new)}."
+    return config_diff(old, new, ignore=RESUMABLE_CHANGES)
+
+def vocab_list(tok) -> list[str]:
+    "The tokenizer's vocabulary in id order."
+    return [t for t, _ in sorted(tok.vocab.items(), key=lambda kv: kv[1])]
+
+class RunFolder:
+    "A run folder by its path, whether or not it exists yet: the path of each file (`RUN_FILES`), its status, and its records read and written."
+    def __init__(self, path): self.path = Path(path)
+    def __repr__(self): return f"{type(self).__name__}({str(self.path)!r})"
+
+    def file(self, name: str) -> Path:
+        "The path of the file `name` (a key of `RUN_FILES`)."
+        if name not in RUN_FILES: raise KeyError(f"{name!r} is not a file of a run folder; RUN_FILES has {list(RUN_FILES)}")
+        return self.path / RUN_FILES[name]
+
+    def has(self, name: str) -> bool: return self.file(name).exists()
+
+    @property
+    def status(self) -> str:
+        "done (metrics.json), failed (error.txt), partial (config.yaml) or missing: one of `RUN_STATES`."
+        return next((s for s, f in zip(RUN_STATES, ('metrics', 'error', 'config')) if self.has(f)), 'missing')
+
+    def read_json(self, name: str) -> dict:
+        "A JSON file of the folder ({} when it is missing)."
+        return json.loads(self.file(name).read_text()) if self.has(name) else {}
+
+    def write_json(self, name: str, d: dict, indent: int | None = 1) -> Path:
+        "Write a JSON file of the folder atomically (metrics.json is checked against `METRICS_SCHEMA`)."
+        if name == 'metrics' and (unknown := set(d) - set(METRICS_SCHEMA)): raise ValueError(f"metrics.json keys {sorted(unknown)} are not in METRICS_SCHEMA")
+        self.path.mkdir(parents=True, exist_ok=True)
+        return atomic_write(self.file(name), lambda p: p.write_text(json.dumps(d, indent=indent)))
+
+    @property
+    def metrics(self) -> dict: return self.read_json('metrics')
+    @property
+    def grid_info(self) -> dict: return self.read_json('grid')
+
+    def log(self, upto: int | None = None) -> list[dict]:
+        "The records of log.jsonl (those with step <= `upto`)."
+        if not self.has('log'): return []
+        recs = [json.loads(l) for l in self.file('log').read_text().splitlines() if l.strip()]
+        return [r for r in recs if upto is None or r['step'] <= upto]
+
+    def cut_log(self, upto: int):
+        "Keep the records of log.jsonl up to step `upto` (a resumed run goes on from its checkpoint)."
+        keep = self.log(upto)
+        atomic_write(self.file('log'), lambda p: p.write_text(''.join(json.dumps(r) + '\n' for r in keep)))
+
+    @property
+    def last_step(self) -> int: return (self.log()[-1:] or [{'step': 0}])[0]['step']
+
+    def check_resumable(self, config: RunConfig):
+        "Refuse to go on with a run (state.pt) under another configuration (`config_changes`)."
+        if self.has('state') and (changes := config_changes(load_config(self.file('config')), config)):
+            raise ValueError(f"{self.path} holds a run with another configuration ({', '.join(f'{k}: {a!r} -> {b!r}' for k, (a, b) in changes.items())}); "
+                             f"use a new out_dir, or delete {self.path} to start over")
+
+def write_run_files(config: RunConfig, out, tok):
+    "config.yaml, and once per run backbone.yaml and vocab.txt (the run survives changes of the preset and the data)."
+    f = RunFolder(out)
+    f.path.mkdir(parents=True, exist_ok=True)
+    save_config(config, f.file('config'))
+    if not f.has('backbone'): save_config(run_backbone(config), f.file('backbone'))
+    if not f.has('vocab'):
+        atomic_write(f.file('vocab'), lambda p: p.write_text(''.join(t + '\n' for t in vocab_list(tok)), encoding='utf-8'))
 
 # %% ../nbs/29_runs.ipynb #d05fec6b
 WEIGHTS = ('best', 'checkpoint', 'auto', 'tuned')
@@ -132,28 +251,39 @@ WEIGHTS = ('best', 'checkpoint', 'auto', 'tuned')
 class RunError(FileNotFoundError):
     "A folder that is not a usable run folder; the message names the file and the fix."
 
-class Run:
+class Run(RunFolder):
     "A run folder of `tpas_nb.train`: its configuration, backbone, tokenizer, data, weights, method and embedding cache."
     def __init__(self, path,              # the run folder (or a grid run that reuses another run's weights: grid.json)
                  data_root='',            # evaluate on this PAB-layout folder instead of the run's own data
                 ):
-        self.path = Path(path)
+        super().__init__(path)
         if not self.path.is_dir(): raise RunError(f"{self.path}: run folder not found (no config.yaml, no weights)")
         self.src = self._source()
-        if not (self.src / 'config.yaml').exists():
+        if not (self.src / RUN_FILES['config']).exists():
             raise RunError(f"{self.src}: no config.yaml: not a run folder written by tpas_nb.train (90_train / python -m tpas_nb.train)")
         self._data_root = data_root
 
+    @classmethod
+    def start(cls, config: RunConfig,     # the run; out_dir is its folder
+              data_root,                  # its PAB folder (`resolve_data_root`)
+              tok,                        # the tokenizer of its data: the vocabulary written into a new run
+              write: bool = True,         # write the run files (the main process of several)
+             ) -> Run:
+        "`config.out_dir` opened for training, in one call: a run that goes on must have the same configuration; the run files written (`write_run_files`); the `Run`."
+        RunFolder(config.out_dir).check_resumable(config)
+        if write: write_run_files(config, config.out_dir, tok)
+        return cls(config.out_dir, data_root)
+
     def _source(self) -> Path:
         "The folder that holds the weights: the run itself, or the run it was reused from (grid.json 'reused_from')."
-        if any((self.path / f'{w}.safetensors').exists() for w in WEIGHTS[:2]): return self.path
-        info = json.loads((self.path / 'grid.json').read_text()) if (self.path / 'grid.json').exists() else {}
+        if any(self.has(w) for w in WEIGHTS[:2]): return self.path
+        info = self.grid_info
         return Path(info['reused_from']) if info.get('reused_from') else self.path
 
     def __repr__(self): return f"Run({str(self.path)!r}, method={self.config.method!r}, preset={self.config.preset!r})"
 
     @cached_property
-    def config(self) -> RunConfig: return load_config(self.src / 'config.yaml')
+    def config(self) -> RunConfig: return load_config(self.src / RUN_FILES['config'])
 
     @cached_property
     def backbone(self) -> BackboneConfig: return run_backbone(self.config, self.src)
@@ -164,8 +294,7 @@ class Run:
     @cached_property
     def vocab_file(self) -> Path:
         "The run's own vocab.txt: RUN/vocab.txt, else (runs written before it was kept) data.vocab or the data root's, copied in."
-        from tpas_nb.data.pab import PABFolder, pab_tokenizer
-        own = self.src / 'vocab.txt'
+        own = self.src / RUN_FILES['vocab']
         if own.exists(): return own
         data = self.config.data
         if data.vocab:
@@ -188,7 +317,6 @@ class Run:
     @cached_property
     def tokenizer(self):
         "The run's tokenizer, whatever data it is evaluated on: words outside its vocabulary become [UNK] pieces."
-        from tpas_nb.data.pab import make_tokenizer
         return make_tokenizer(self.vocab_file)
 
     @cached_property
@@ -203,7 +331,6 @@ class Run:
     @cached_property
     def folder(self):
         "The PABFolder of `data_root`."
-        from tpas_nb.data.pab import PABFolder
         return PABFolder(self.data_root)
 
     def weights(self, which: str = 'best') -> Path:
@@ -211,7 +338,7 @@ class Run:
         if which not in WEIGHTS: raise ValueError(f"weights must be one of {WEIGHTS}, got {which!r}")
         names = ['best', 'checkpoint'] if which == 'auto' else [which]
         for n in names:
-            if (self.src / f'{n}.safetensors').exists(): return self.src / f'{n}.safetensors'
+            if (self.src / RUN_FILES[n]).exists(): return self.src / RUN_FILES[n]
         have = sorted(p.name for p in self.src.glob('*.safetensors')) or 'none'
         if which == 'auto':
             raise RunError(f"{self.src}: no checkpoint (best.safetensors or checkpoint.safetensors; weights files here: {have}); "
@@ -246,7 +373,6 @@ class Run:
         "The embedding saved under `name` with these weights (their SHA-256) and `key`; else `compute()`, saved."
         return load_or_embed(cache_file(self.path, name), dict(key, weights_sha256=self.digest(weights)), compute, recompute)
 
-
 # %% ../nbs/29_runs.ipynb #450d2411
 SWITCHES_HEADER = "# method switches (generated from the method configs by .ci/make_params.py); None keeps the method's or the profile's value"
 
@@ -258,13 +384,10 @@ def _declared(cfg_cls: type, name: str) -> tuple[type, str]:
 
 def _comment(cls: type, name: str) -> str:
     "The comment of field `name` of `cls` (`fastcore.docments`), '=' read as 'is' (papermill skips a line with two '=')."
-    import re
-    from fastcore.docments import docments
     return re.sub(r'\s*=+\s*', ' is ', (docments(cls).get(name) or '').strip())
 
 def switch_parameters() -> str:
     "The method-switch lines of 90_train's parameters cell: every scalar switch of every registered config, `None` by default."
-    from tpas_nb.methods import switch_classes                      # the method table (29_methods)
     lines = [SWITCHES_HEADER]
     for name, cfg_cls in switch_classes().items():
         cls, kind = _declared(cfg_cls, name)

@@ -16,9 +16,11 @@ from .grid import GRIDS, METRICS, collect, summarise, paired_delta, run_hits, se
 
 # %% auto #0
 __all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'ROBUSTNESS',
-           'ROBUSTNESS_ITC', 'ROBUSTNESS_FUSED', 'FUSED', 'paper_tables', 'table', 'metric_label', 'resolve_runs_root',
-           'four_draws', 'beside', 'show_tables', 'collect_rounds', 'paired', 'published_value', 'verdict',
-           'rerank_fails', 'verdicts', 'rerank_summary', 'plot_rerank', 'seed_spread']
+           'ROBUSTNESS_ITC', 'ROBUSTNESS_FUSED', 'FUSED', 'ALPHA', 'paper_tables', 'table', 'metric_label',
+           'resolve_runs_root', 'four_draws', 'beside', 'show_tables', 'collect_rounds', 'paired', 'published_value',
+           'verdict', 'rerank_fails', 'verdicts', 'p_text', 'effect_words', 'effect_label', 'effects', 'effect_table',
+           'effect_sentence', 'claim_sentence', 'published_arm', 'order_sentence', 'rerank_summary', 'plot_rerank',
+           'seed_spread', 'markdown_table']
 
 # %% ../nbs/95_tables.ipynb #813401c8
 CSV_PATH = Path(tpas_nb.__file__).parent / 'paper_tables.csv'   # package data (MANIFEST.in)
@@ -305,6 +307,115 @@ def verdicts(measured: pd.DataFrame,       # collect() rows of one kind of data
                      **fused, **{k: _delta_cell(d, c['base'], c['arm'], m) if n else '' for k, m in (ROBUSTNESS | ROBUSTNESS_ITC | off_fused).items()}})
     return pd.DataFrame(rows)
 
+# %% ../nbs/95_tables.ipynb #a9220e18
+ALPHA = 0.05   # the one level at which this page turns a p into a word
+
+def p_text(p: float) -> str:
+    "'p = 0.012' or 'p < 0.001'; '' without a test (fewer than three seeds)."
+    if p is None or not np.isfinite(p): return ''
+    return 'p < 0.001' if p < 0.001 else f'p = {p:.3f}'
+
+def effect_words(delta: float, p: float, alpha: float = ALPHA) -> str:
+    "'higher' or 'lower' where the paired t-test separates the difference from zero at `alpha`, else 'not separable'."
+    if not p < alpha: return 'not separable'                 # a NaN p too
+    return 'higher' if delta > 0 else 'lower'
+
+def effect_label(metric: str) -> str:
+    "A collect() column as this page names it: `metric_label`, with ucc / held-out / night and ITC / fused in front."
+    split, _, rest = metric.partition('_')
+    rank = next((r for r in ('itc', 'fused') if rest.startswith(r + '_')), '')
+    rest = rest.removeprefix(rank + '_') if rank else rest
+    style = {'ucc': 'ucc', 'heldout': 'held-out', 'dark': 'night'}.get(split)
+    if split not in ('test', 'test4') and style is None: return metric_label(metric)
+    name = metric_label(('test4_' if split == 'test4' else 'test_') + rest)
+    return ' '.join(w for w in (style, rank.upper() if rank == 'itc' else rank, name) if w)
+
+def effects(runs: pd.DataFrame,        # collect() rows of one kind of data (several grids allowed)
+            comparisons,               # (grid, arm, base) tuples; a fourth item, the published Δ, makes it a claim (`verdict`)
+            metrics=('test4_R1',),     # collect() columns
+            alpha: float = ALPHA, n_required: int = 3,
+           ) -> pd.DataFrame:          # one row per comparison and metric that has paired runs
+    "Each comparison paired by seed on each metric (`paired_delta`), with its word: `verdict` where a published Δ is given, else `effect_words`."
+    rows = []
+    for grid, arm, base, *pub in comparisons:
+        d = runs[runs.grid == grid]
+        for m in metrics:
+            if m not in d or not {arm, base} <= set(d.arm): continue
+            r = paired_delta(d, base, m).reindex([arm]).iloc[0]
+            if pd.isna(r.n) or not r.n: continue
+            n = int(r.n)
+            word = (verdict(r.mean_delta, r.p, pub[0], n, n_required, alpha) if pub else
+                    f'pending ({n}/{n_required} seeds)' if n < n_required else effect_words(r.mean_delta, r.p, alpha))
+            rows.append(dict(comparison=f'{arm} − {base}', metric=effect_label(m), n=n, base=r.base, arm=r.arm,
+                             mean_delta=r.mean_delta, std_delta=r.std_delta, wins=r.wins, p=r.p, word=word))
+    return pd.DataFrame(rows, columns=['comparison', 'metric', 'n', 'base', 'arm', 'mean_delta', 'std_delta', 'wins', 'p', 'word'])
+
+def effect_table(eff: pd.DataFrame,    # rows of `effects` (an extra column `setting` keeps run sets apart)
+                 decimals: int = 2,
+                ) -> pd.DataFrame:     # index comparison (and setting), one column per metric; one comparison: one row per metric
+    "`effects` as a table: each cell 'Δ ± sd (wins, p): word'."
+    if eff.empty: return pd.DataFrame()
+    cell = lambda r: (f"{r.mean_delta:+.{decimals}f}" + (f" ± {r.std_delta:.{decimals}f}" if r.n > 1 else '')
+                      + f" ({', '.join(x for x in (r.wins, p_text(r.p)) if x)}): {r.word}")
+    keys = [k for k in ('setting', 'comparison') if k in eff]
+    t = eff.assign(cell=eff.apply(cell, axis=1)).pivot_table(index=keys, columns='metric', values='cell', aggfunc='first', sort=False)
+    t = t[list(dict.fromkeys(eff.metric))].fillna('').rename_axis(columns=None)
+    return t.T if len(t) == 1 and t.shape[1] > 1 else t     # one comparison: the metrics down the page
+
+def _and(xs: list) -> str:
+    return xs[0] if len(xs) == 1 else ', '.join(xs[:-1]) + ' and ' + xs[-1]
+
+def effect_sentence(eff: pd.DataFrame, alpha: float = ALPHA) -> str:
+    "The words `effects` gave, in one sentence: per comparison when one is read on several metrics, else per metric."
+    if eff.empty: return 'No paired runs for these comparisons.'
+    parts = []
+    for s, g in eff.groupby(eff['setting'] if 'setting' in eff else pd.Series('', index=eff.index), sort=False):
+        tag = f' ({s})' if s else ''
+        key = g.word.str.replace(' at this budget', '')           # verdict's and effect_words' 'not separable' read alike in a sentence
+        if g.comparison.nunique() == 1:
+            words = [f"{w} in {_and(list(dict.fromkeys(g.metric[key == w])))}" for w in dict.fromkeys(key)]
+            parts.append(f"{g.comparison.iloc[0]}{tag}: {'; '.join(words)}")
+        else:
+            for m in dict.fromkeys(g.metric):
+                gm, km = g[g.metric == m], key[g.metric == m]
+                words = [f"{w} for {_and(list(gm.comparison[km == w]))}" for w in dict.fromkeys(km)]
+                parts.append(f"{m}{tag}: {'; '.join(words)}")
+    return f"Paired by seed, at α = {alpha:g}. " + '. '.join(parts) + '.'
+
+def claim_sentence(row: pd.Series) -> str:
+    "A row of `verdicts` in one sentence: the published Δ, the measured one and its verdict, and the same pair by ITC alone and fused where measured."
+    c = next(c for c in CLAIMS if (c['paper'], c['claim']) == (row.paper, row.claim))
+    inside = ', '.join(x for x in (row.wins, p_text(row.p)) if x)
+    s = (f"**{row.paper}, {row.claim}** ({row.comparison}; {row.paper} {c['arm_cell'][0]} has {row['published Δ']:+.2f}): "
+         f"{row.metric} {row['measured Δ'] or 'not measured'}" + (f" ({inside})" if inside else '') + f": {row.verdict}")
+    if row.get('ITC verdict'):
+        s += f"; by ITC alone {row['ITC-only Δ']} ({p_text(row['ITC-only p'])}): {row['ITC verdict']}"
+    if row.get('fused verdict'):
+        s += f"; fused (R@1, test split) {row['fused R@1 Δ'].replace('(p ', '(p = ').replace('(p = <', '(p <')}: {row['fused verdict']}"
+    return s + '.'
+
+def published_arm(paper: str, name: str,    # a paper and one of its tables
+                  metric: str, arm: str,    # the collect() column the cell maps to, and the grid arm its row maps to
+                 ) -> float:
+    "The published number of the row mapped to `arm` in the cell mapped to `metric` (paper_tables.csv's `arm` and `metric` columns)."
+    t = paper_tables().query('paper == @paper and table == @name and metric == @metric and arm == @arm').value.dropna()
+    if t.empty: raise ValueError(f"{paper} {name}: no number for arm {arm!r} in metric {metric!r}")
+    return float(t.iloc[0])
+
+def order_sentence(runs: pd.DataFrame,        # collect() rows of one grid
+                   paper: str, name: str,     # the published table the order is read from
+                   arms,                      # the arms to order
+                   read: str = 'test4_R1',    # the measured column (mean over seeds)
+                   metric: str = 'test_R1',   # the published cells (paper_tables.csv's `metric`)
+                  ) -> str:
+    "The order of `arms` by mean `read` beside their order in the paper's table, and whether the two agree (an order of means, not a test)."
+    pub = pd.Series({a: published_arm(paper, name, metric, a) for a in arms}).sort_values()
+    got = runs[runs.arm.isin(arms)].groupby('arm')[read].mean().dropna().sort_values()
+    if len(got) < len(arms): return f"Not every one of {', '.join(arms)} has {effect_label(read)} in these records."
+    same = list(got.index) == list(pub.index)
+    return (f"By mean {effect_label(read)}: {' < '.join(got.index)}; {paper} {name}: {' < '.join(pub.index)}: "
+            + ('the same order.' if same else 'another order.'))
+
 # %% ../nbs/95_tables.ipynb #520496dc
 def rerank_summary(measured: pd.DataFrame,  # collect() rows of one kind of data
                    grids=None,              # grid names (default: every grid in measured, in GRIDS' order)
@@ -379,3 +490,16 @@ def seed_spread(root='runs/grid',      # a records root with the draws of the te
         out.append(dict(grid=grid, arm=label, seeds=v['seeds'], queries=v['queries'], sd=v['sd'], model=v['sd_model'],
                         query=v['sd_query'], reach=reach, seeds_for_1pt=n_1pt))
     return pd.DataFrame(out).set_index(['grid', 'arm']).round(2) if out else pd.DataFrame()
+
+# %% ../nbs/95_tables.ipynb #e324037d
+def markdown_table(df: pd.DataFrame,          # the rows to show (the index is dropped; reset it first to keep it)
+                   decimals: int = 2,         # decimals of float cells
+                   align: str = '',           # per column 'l' or 'r' (default: numbers right, text left)
+                  ) -> str:
+    "A GitHub-flavoured Markdown table of `df`."
+    cols = list(df.columns)
+    num = [pd.api.types.is_numeric_dtype(df[c]) for c in cols]
+    cell = lambda v: '' if v is None or (isinstance(v, float) and np.isnan(v)) else f'{v:.{decimals}f}' if isinstance(v, float) else str(v).replace('|', '\\|')
+    al = align or ''.join('r' if n else 'l' for n in num)
+    head = '| ' + ' | '.join(map(str, cols)) + ' |\n|' + '|'.join('---:' if a == 'r' else '---' for a in al) + '|'
+    return head + ''.join('\n| ' + ' | '.join(cell(v) for v in row) + ' |' for row in df.itertuples(index=False))

@@ -18,10 +18,10 @@ from ..config import progress as show_progress
 from .eda import eda, read_synonyms, synthpab_synonyms
 
 # %% auto #0
-__all__ = ['TRAIN_FIELDS', 'COUNTERPART_FIELDS', 'TEST_FIELDS', 'SUB_KEYS', 'PAB_STATS', 'TRAIN_SPLITS', 'SPECIALS',
-           'SYNTHPAB_VOCAB', 'MEAN', 'STD', 'PABError', 'read_pab', 'check_image', 'pose_methods', 'PABFolder',
-           'build_vocab', 'make_tokenizer', 'synthpab_vocab', 'pab_tokenizer', 'PairTransform', 'person_units',
-           'subset_positions', 'subset_manifest', 'PABTrainDataset', 'PABTestDataset', 'TrainCollate',
+__all__ = ['TRAIN_FIELDS', 'COUNTERPART_FIELDS', 'TEST_FIELDS', 'SUB_KEYS', 'PAB_STATS', 'TRAIN_SPLITS', 'POSE_READERS',
+           'SPECIALS', 'SYNTHPAB_VOCAB', 'MEAN', 'STD', 'PABError', 'read_pab', 'check_image', 'pose_methods',
+           'PABFolder', 'build_vocab', 'make_tokenizer', 'synthpab_vocab', 'pab_tokenizer', 'PairTransform',
+           'person_units', 'subset_positions', 'subset_manifest', 'PABTrainDataset', 'PABTestDataset', 'TrainCollate',
            'resolve_synonyms', 'split_stats', 'has_pose_maps', 'pose_note', 'validate_pab', 'validate_cli']
 
 # %% ../../nbs/04_pab.ipynb #62a25e51
@@ -104,11 +104,11 @@ def check_image(path: Path, where: str) -> None:
         why = 'not an image file PIL recognises' if isinstance(e, UnidentifiedImageError) else str(e) or type(e).__name__
         raise PABError(f"{where}: unreadable image {path} ({why}); replace the file, or remove the record that names it") from None
 
+POSE_READERS = {'cmp': True, 'seda': True, 'xvlm': False, 'gradco': False}   # method -> its `pose` switch's default; 29_methods checks it against the methods (the data layer cannot import them)
+
 def pose_methods() -> tuple[list[str], list[str]]:
-    "(methods that read a pose map with every image, methods that do not): the default of each method's `pose` switch (29_methods)."
-    from tpas_nb.methods import all_switches                        # the data layer reads the methods' table for its messages only
-    sw = all_switches()['pose']
-    return [m for m, on in sw.items() if on], [m for m, on in sw.items() if not on]
+    "(methods that read a pose map with every image, methods that do not): POSE_READERS, the default of each method's `pose` switch."
+    return [m for m, on in POSE_READERS.items() if on], [m for m, on in POSE_READERS.items() if not on]
 
 class PABFolder:
     "A PAB (or SynthPAB) root: annotation files per split, image and pose-map paths."

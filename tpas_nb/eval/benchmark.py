@@ -11,6 +11,7 @@ import torch
 
 from ..config import progress as show_progress
 from ..data.pab import PABFolder, PABTestDataset
+from ..data.synth import OOD_VARIANTS, make_test_variant
 from ..data.weather import WEATHERS
 from .retrieval import embed_gallery, embed_queries, evaluate
 from ..methods.base import ITM_SCORES
@@ -274,7 +275,6 @@ def ood_factors(method, tokenizer, max_len: int, # a Method on `device`, its tok
                ) -> 'pd.DataFrame':     # one row per variant
     "R@1 and hard-pair accuracy, ITM re-ranked and by ITC alone, on each variant of OOD_VARIANTS."
     import pandas as pd
-    from tpas_nb.data.synth import OOD_VARIANTS, make_test_variant
     rows = {}
     for k, name in enumerate(OOD_VARIANTS):
         folder = PABFolder(make_test_variant(Path(work_dir) / f'variant{k}_{pairs}pairs', name, pairs, version=version))

@@ -13,8 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .retrieval import positive_mask, similarity
+from ..data.pab import PABTestDataset, PABTrainDataset, PairTransform, TrainCollate, _load_rgb
+from .retrieval import _eval_mode, _itm_chunk, embed_gallery, embed_queries, positive_mask, similarity
 from ..methods.col import anchor_directions
+from ..runs import Run
 
 # %% auto #0
 __all__ = ['gradient_conflict', 'attraction_repulsion', 'conflict_rate', 'loss_volatility', 'gallery_margin',
@@ -189,7 +191,6 @@ def run_diagnostics(run_dir,                 # a run folder with log.jsonl
                     log_dir=None,            # the folder of log.jsonl (default run_dir)
                    ) -> dict:
     "Every diagnostic of a run, written to run_dir/diagnostics.json."
-    from tpas_nb.eval.retrieval import embed_gallery, embed_queries
     per_batch = [batch_diagnostics(method, b) for b in (batch if isinstance(batch, list) else [batch])]
     out = {'V_L': loss_volatility(log_dir or run_dir, 'loss', window), 'V_L_window': window,
            **{k: float(np.mean([d[k] for d in per_batch])) for k in per_batch[0]}}
@@ -223,8 +224,6 @@ def diagnose_run(run_dir,               # a run folder (train, or a grid run reu
                  seed: int = 0,
                 ) -> dict:              # the diagnostics, also merged into run_dir/diagnostics.json
     "Table 7 for a finished run: batch diagnostics averaged over counterpart batches, V_L from its log, m on `split`."
-    from tpas_nb.data.pab import PABTrainDataset, PABTestDataset, TrainCollate
-    from tpas_nb.runs import Run
     run = Run(run_dir)                                                          # a grid reuse reads the source run's weights
     run_dir, folder, tok, max_len = Path(run_dir), run.folder, run.tokenizer, run.max_len
     method = run.load_method('best').train()                                 # r_conf is a training-time quantity: training mode
@@ -240,7 +239,6 @@ def diagnose_run(run_dir,               # a run folder (train, or a grid run reu
     batches = [collate([train_ds[i] for i in b]) for b in counterpart_batches(train_ds, n_batches, persons, seed)]
     return {**run_diagnostics(run_dir, method, batches, test_ds, tok, max_len, window, log_dir=run.src), **extra}
 
-
 # %% ../../nbs/31_diagnostics.ipynb #78fdff38
 def linear_probe(train_x, train_y, test_x, test_y) -> float:
     "Accuracy (%) on test of a multinomial logistic regression on standardised features, fitted on train."
@@ -255,11 +253,9 @@ def action_of(record: dict) -> str: return record.get('normal') or record.get('a
 class _RecordImages(torch.utils.data.Dataset):
     "The images (and pose maps) of a list of PAB records, as the gallery items of `embed_gallery`."
     def __init__(self, folder, records, img_size: int, pose: bool):
-        from tpas_nb.data.pab import PairTransform
         self.folder, self.records, self.pose, self.tf = folder, records, pose, PairTransform(img_size)
     def __len__(self): return len(self.records)
     def __getitem__(self, i):
-        from tpas_nb.data.pab import _load_rgb
         rel = self.records[i]['image']
         image, pose = self.tf(_load_rgb(self.folder.image_path(rel)), _load_rgb(self.folder.pose_path(rel)) if self.pose else None)
         return dict(image=image, index=i, **({'pose': pose} if self.pose else {}))
@@ -269,7 +265,6 @@ def action_probe(method, folder, tokenizer, max_len: int, # a Method, a PABFolde
                  split: str = 'val',       # the split they are scored on (its images and their captions)
                  batch_size: int = 128, device='cpu') -> dict:   # {'image', 'text', 'chance', 'n_train', 'n_test'}, in %
     "Linear probes of the action on the method's global image and text features."
-    from tpas_nb.eval.retrieval import embed_gallery, embed_queries
     train = folder.records('train')[:n_train]
     test = folder.records(split)
     texts = [(r['caption'] if isinstance(r['caption'], str) else r['caption'][0]) for r in test]
@@ -289,8 +284,6 @@ def itm_pair_check(method, folder, tokenizer, max_len: int,  # a Method, a PABFo
                    queries: int = 400,      # queries sampled (all if fewer)
                    seed: int = 0, batch_size: int = 64, device='cpu') -> dict:   # percentages and mean logits
     "How often the ITM logit ranks a query's own image above ITC's hardest wrong image, and above a random one."
-    from tpas_nb.data.pab import PABTestDataset
-    from tpas_nb.eval.retrieval import embed_gallery, embed_queries, similarity, _itm_chunk, _eval_mode
     ds = PABTestDataset(folder, split, img_size=method.backbone.img_size, pose=method.needs_pose)
     gen = torch.Generator().manual_seed(seed)
     qs = torch.randperm(len(ds.texts), generator=gen)[:queries].sort().values.tolist()

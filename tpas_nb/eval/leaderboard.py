@@ -14,6 +14,7 @@ from torch.utils.data import Dataset
 
 from ..config import RunConfig
 from ..data.pab import PABError, PABFolder, PABTestDataset
+from ..data.synth import make_synthpab
 from .retrieval import embed_gallery, embed_queries, rank, similarity, split_metrics
 from .benchmark import ranking_name, resolve_splits, texts_digest
 from ..methods.base import ITM_SCORES
@@ -216,7 +217,6 @@ def make_distractor_folder(out_dir,               # the folder to write (reused 
                            image_size: int = 96,
                            workers: int | None = None, progress: bool = False) -> Path:
     "A folder of SynthPAB test-style images of other people, distractor_<i>.jpg, with their pose maps in out_dir/pose."
-    from tpas_nb.data.synth import make_synthpab
     out, params = Path(out_dir), dict(images=images, seed=seed, image_size=image_size, style='SynthPAB test split')
     meta = out / 'distractors.json'
     if meta.exists() and json.loads(meta.read_text()) == params: return out

@@ -14,6 +14,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from ..config import progress as show_progress
+from ..data.pab import MEAN, STD
 from ..methods.base import ITM_SCORES, CrossText
 
 # %% auto #0
@@ -470,7 +471,6 @@ def _gallery_image(dataset, g: int) -> np.ndarray:
     if hasattr(dataset, 'folder') and hasattr(dataset, 'records'):
         from PIL import Image
         with Image.open(dataset.folder.image_path(dataset.records[g]['image'])) as im: return np.asarray(im.convert('RGB'))
-    from tpas_nb.data.pab import MEAN, STD
     x = dataset[g]['image'] * torch.tensor(STD)[:, None, None] + torch.tensor(MEAN)[:, None, None]
     return x.clamp(0, 1).permute(1, 2, 0).numpy()
 

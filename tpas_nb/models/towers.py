@@ -11,7 +11,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
-from .encoders import LoadReport, masked_mean, padding_mask
+from ..config import get_preset
+from ..data.pab import MEAN, STD, make_tokenizer
+from ..data.synth import CAMERAS, POSES, SCENES, make_caption, render_person, sample_person
+from .encoders import Backbone, LoadReport, load_xvlm_checkpoint, masked_mean, padding_mask, resolve_checkpoint
 
 # %% auto #0
 __all__ = ['TOWER_SOURCES', 'MOBILENET_V2_MISSING', 'EFFNET_LITE0_REPEATS', 'IMAGENET_MEAN', 'IMAGENET_STD', 'STAGES',
@@ -213,7 +216,6 @@ def image_tower(name: str) -> StagedTower:
         return StagedTower([nn.Sequential(n.conv_stem, n.bn1, *n.blocks[:3]), n.blocks[3:5], nn.Sequential(*n.blocks[5:], n.conv_head, n.bn2)],
                            n.pretrained_cfg['mean'], n.pretrained_cfg['std']).eval()
     if name == 'tiny':
-        from tpas_nb.data.pab import MEAN, STD
         v = tiny_backbone()[0].vision_encoder
         return StagedTower([nn.Sequential(v.patch_embed, v.layers[0]), nn.Sequential(v.layers[1], v.norm), nn.Identity()],
                            MEAN, STD, img_size=v.patch_embed.img_size[0], channels_last=True).eval()
@@ -221,9 +223,6 @@ def image_tower(name: str) -> StagedTower:
 
 def tiny_backbone():
     "The project's shipped tiny X-VLM (`42_pretrain`) and its tokenizer: (Backbone in eval mode, tokenizer)."
-    from tpas_nb.config import get_preset
-    from tpas_nb.data.pab import make_tokenizer
-    from tpas_nb.models.encoders import Backbone, load_xvlm_checkpoint, resolve_checkpoint
     path = resolve_checkpoint('pretrained', 'tiny')
     tok = make_tokenizer(path.with_suffix('.vocab.txt'))
     model = Backbone(get_preset('tiny'), len(tok.vocab))
@@ -239,7 +238,6 @@ class MiniLMTower(nn.Module):
     def __init__(self):
         super().__init__()
         from transformers import BertConfig, BertModel
-        from tpas_nb.data.pab import make_tokenizer
         cfg = BertConfig.from_json_file(tower_path('minilm_l6', 'model/config.json'))
         cfg._attn_implementation = 'sdpa'
         self.bert = BertModel(cfg, add_pooling_layer=True).eval()
@@ -287,7 +285,6 @@ def n_params(*modules: nn.Module) -> int:
 def style_sets(n: int, seed: int, styles: tuple = ('flat',), size: int = 96, grammars: tuple = ('pab',)) -> dict:
     "`n` SynthPAB items (person, action, scene) drawn with `seed`, rendered in each style and captioned in each grammar."
     import dataclasses
-    from tpas_nb.data.synth import CAMERAS, POSES, SCENES, make_caption, render_person, sample_person
     rng = np.random.default_rng([seed, 27])
     actions, scenes = list(POSES), list(SCENES)
     items = [dict(person=sample_person(rng), action=actions[rng.integers(len(actions))], scene=scenes[rng.integers(len(scenes))],
