@@ -20,15 +20,24 @@ from .runs import build_run_method, load_weights, save_weights, atomic_write, re
 from .train import Callback
 
 # %% auto #0
-__all__ = ['PRETRAIN_CORPORA', 'PRETRAIN_CORPUS', 'PRETRAIN_RECIPE', 'PRETRAIN_RECIPES', 'RECIPE_TRIALS', 'corpus_dir',
-           'pretrain_config', 'corpus_digest', 'loss_curve', 'checkpoint_paths', 'write_checkpoint',
-           'export_checkpoint', 'pretrain_curve', 'EpochWeightsCB', 'corpus_vocab', 'pretrain', 'zero_shot_metrics',
-           'pretrain_cli', 'stage_overrides', 'wise_ft', 'wise_ft_sweep', 'recipe_trial']
+__all__ = ['PRETRAIN_CORPORA', 'PRETRAIN_CORPUS', 'STAGE_CORPORA', 'PRETRAIN_RECIPE', 'PRETRAIN_RECIPES', 'RECIPE_TRIALS',
+           'named_corpus', 'corpus_dir', 'pretrain_config', 'corpus_digest', 'loss_curve', 'checkpoint_paths',
+           'write_checkpoint', 'export_checkpoint', 'pretrain_curve', 'EpochWeightsCB', 'corpus_vocab', 'pretrain',
+           'zero_shot_metrics', 'pretrain_cli', 'stage_overrides', 'wise_ft', 'wise_ft_sweep', 'recipe_trial']
 
 # %% ../nbs/42_pretrain.ipynb #73a85dba
 PRETRAIN_CORPORA = {   # SynthPAB version -> make_pretrain_corpus parameters of its corpus
     v: dict(images=200_000, val_pairs=250, image_size=96, seed=0, anomaly_rate=synth_spec(v).corpus['anomaly_rate'], version=v) for v in (3, 4)}
 PRETRAIN_CORPUS = PRETRAIN_CORPORA[SYNTHPAB_VERSION]   # the newest
+STAGE_CORPORA = {   # name -> the corpus of a further stage: another draw of a version's corpus, with other rates (`tpas_pretrain --corpus NAME`)
+    '4b': dict(PRETRAIN_CORPORA[4], seed=1, anomaly_rate=0.2, rates=dict(same_person=0.03, lookalike=0.07, no_action=0.3)),   # version 4's second stage
+}
+
+def named_corpus(name: str) -> dict:
+    "The corpus parameters of `name`: a version's ('3', '4') or a further stage's (STAGE_CORPORA)."
+    if name in STAGE_CORPORA: return STAGE_CORPORA[name]
+    if name.isdigit() and int(name) in PRETRAIN_CORPORA: return PRETRAIN_CORPORA[int(name)]
+    raise ValueError(f"unknown corpus {name!r}; valid: {[str(v) for v in PRETRAIN_CORPORA] + list(STAGE_CORPORA)}")
 
 PRETRAIN_RECIPE = dict(   # the RunConfig of the pretraining run (fields as in 00_config); each choice is discussed below
     method='xvlm', preset='tiny', init_checkpoint='', seed=0, device='cpu',
@@ -213,12 +222,13 @@ def pretrain_cli(argv=None):
                     help=f'the SynthPAB version of the corpus and its recipe (default: the newest, {SYNTHPAB_VERSION})')
     stage = ap.add_argument_group('a further stage', 'continue from an exported checkpoint with a schedule of its own, in a new --out-dir')
     stage.add_argument('--init-checkpoint', default='', help="the previous stage's exported weights (its .vocab.txt beside them)")
+    stage.add_argument('--corpus', default='', choices=['', *STAGE_CORPORA], help="a further stage's corpus (STAGE_CORPORA) instead of the version's")
     stage.add_argument('--epochs', type=int, default=0, help=f"epochs of this stage (default: the recipe's {PRETRAIN_RECIPE['epochs']})")
     stage.add_argument('--lr', type=float, default=0.0, help=f"peak lr of this stage, decaying to a tenth (default: the recipe's {PRETRAIN_RECIPE['optim']['lr']:g})")
     stage.add_argument('--dropout', type=float, default=-1.0, help="dropout, attention dropout and drop-path of the backbone (default: the preset's, 0.1)")
     a = ap.parse_args(argv)
     if a.threads: torch.set_num_threads(a.threads)
-    run = pretrain(a.out_dir, a.cache_dir, a.dest, progress=not a.no_progress, stop_after=a.stop_after, corpus=PRETRAIN_CORPORA[a.synthpab_version],
+    run = pretrain(a.out_dir, a.cache_dir, a.dest, progress=not a.no_progress, stop_after=a.stop_after, corpus=named_corpus(a.corpus or str(a.synthpab_version)),
                    command=' '.join(['tpas_pretrain'] + [shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv)]),
                    **stage_overrides(a.init_checkpoint, a.epochs, a.lr, a.dropout))
     print(run)

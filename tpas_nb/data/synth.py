@@ -994,10 +994,11 @@ def _draw(table: dict, rng) -> str: return list(table)[rng.choice(len(table), p=
 def render_corpus_unit(root, u: int, seed: int = 0, image_size: int = 96, anomaly_rate: float | None = None,
                        mix: dict = CORPUS_MIX,
                        version: int = SYNTHPAB_VERSION,   # the SynthPAB version (SPECS[version].corpus: contrast pairs, captions without the action, framing)
+                       rates: dict | None = None,         # same_person, lookalike, no_action in place of the version's (a further stage's corpus)
                       ) -> list[dict]:
     "Render unit `u` of the pretraining corpus: one image, or a contrast pair (same person, or a look-alike, in another action); its records."
     spec = synth_spec(version, corpus=True)
-    corpus = spec.corpus
+    corpus = {**spec.corpus, **(rates or {})}
     anomaly_rate = corpus['anomaly_rate'] if anomaly_rate is None else anomaly_rate
     rng = np.random.default_rng([seed, _SPLIT_CODE['pretrain'], u])
     person = sample_person(rng, spec.person)
@@ -1056,10 +1057,12 @@ def make_pretrain_corpus(out_dir, images: int = 100_000, val_pairs: int = 250, i
                          anomaly_rate: float | None = None,   # share of anomalous actions (None: the version's, SPECS[version].corpus)
                          workers: int | None = None, progress: bool = True,
                          version: int = SYNTHPAB_VERSION,     # the SynthPAB version of the corpus and of its val split
+                         rates: dict | None = None,           # same_person, lookalike, no_action in place of the version's (render_corpus_unit)
                         ) -> Path:
     "Generate the pretraining corpus (about `images` images in units) and SynthPAB's val split under `out_dir`; deterministic for `seed`."
     if not isinstance(images, int) or images < 1: raise ValueError(f"images must be a positive int, got {images!r}")
-    corpus = synth_spec(version).corpus
+    if set(rates or {}) - {'same_person', 'lookalike', 'no_action'}: raise ValueError(f"rates: unknown keys {sorted(set(rates) - {'same_person', 'lookalike', 'no_action'})}")
+    corpus = {**synth_spec(version).corpus, **(rates or {})}
     anomaly_rate = corpus['anomaly_rate'] if anomaly_rate is None else anomaly_rate
     if not 0 <= anomaly_rate <= 1: raise ValueError(f"anomaly_rate must be in [0, 1], got {anomaly_rate}")
     root = Path(out_dir)
@@ -1067,7 +1070,7 @@ def make_pretrain_corpus(out_dir, images: int = 100_000, val_pairs: int = 250, i
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     units = round(images / (1 + corpus['same_person'] + corpus['lookalike']))
-    train = [r for rs in _run_tasks(_unit_task, [(str(root), u, seed, image_size, anomaly_rate, CORPUS_MIX, version) for u in range(units)],
+    train = [r for rs in _run_tasks(_unit_task, [(str(root), u, seed, image_size, anomaly_rate, CORPUS_MIX, version, rates) for u in range(units)],
                                     workers, progress) for r in rs]
     for c in range(0, len(train), 2 * TRAIN_CHUNK):
         _write_jsonl(root / f'annotation/train/attr_{c // (2 * TRAIN_CHUNK)}.json', train[c: c + 2 * TRAIN_CHUNK])
@@ -1083,21 +1086,22 @@ def make_pretrain_corpus(out_dir, images: int = 100_000, val_pairs: int = 250, i
                 styles=count('style'), grammars=count('grammar'),
                 cameras={t: sum(t in r['camera'] for r in train) for t in ('night', 'overexposed', 'weather', 'cctv', 'companion', 'small', 'non-square')},
                 captions_without_action=sum(not r.get('action_said', True) for r in train),
-                mix=CORPUS_MIX, corpus=corpus, seconds=round(time.time() - t0, 1))
+                mix=CORPUS_MIX, corpus=corpus, rates=rates, seconds=round(time.time() - t0, 1))
     (root / 'synthpab.json').write_text(json.dumps(meta, indent=1))
     return root
 
 def ensure_pretrain_corpus(cache_dir, images: int = 100_000, val_pairs: int = 250, image_size: int = 96, seed: int = 0,
-                           anomaly_rate: float | None = None, workers: int | None = None, progress: bool = True, version: int = SYNTHPAB_VERSION) -> Path:
+                           anomaly_rate: float | None = None, workers: int | None = None, progress: bool = True, version: int = SYNTHPAB_VERSION,
+                           rates: dict | None = None) -> Path:
     "Reuse the pretraining corpus in `cache_dir` if it was made with the same parameters, else generate it there."
     anomaly_rate = synth_spec(version).corpus['anomaly_rate'] if anomaly_rate is None else anomaly_rate
     root, want = Path(cache_dir), dict(images=images, val_pairs=val_pairs, image_size=image_size, seed=seed, anomaly_rate=anomaly_rate, version=version)
     meta = root / 'synthpab.json'
     if meta.exists():
         m = json.loads(meta.read_text())
-        if {k: m.get(k) for k in want} == want: return root
+        if {k: m.get(k) for k in want} == want and m.get('rates') == rates: return root
     if root.exists(): shutil.rmtree(root)
-    return make_pretrain_corpus(root, **want, workers=workers, progress=progress)
+    return make_pretrain_corpus(root, **want, workers=workers, progress=progress, rates=rates)
 
 
 # %% ../../nbs/01_synthpab.ipynb #fb65d095
