@@ -1,4 +1,4 @@
-"""The shipped pretrained checkpoints (version 2, `pretrained`, the grids' start; version 3, `pretrained-v3`, the cpu profile's):
+"""The shipped pretrained checkpoints (version 2, `pretrained`, the grids' start; version 3, `pretrained-v3`, the cpu profile's; version 4, `pretrained-v4`):
 their files agree with their provenance, they load through the same path as an X-VLM checkpoint into every method, version 3's
 stages chain, and (slow) the command of its first stage regenerates that stage's first epoch with the same val metrics."""
 import json, os, subprocess
@@ -75,3 +75,16 @@ def test_the_command_regenerates_the_first_epoch(tmp_path):
     for k in ('R1', 'mAP', 'hard_pair_acc'): assert abs(val[k] - first[k]) <= 0.5, (k, val[k], first[k])
     c3 = corpus_dir(corpus=PRETRAIN_CORPORA[3])
     assert json.loads((c3 / 'synthpab.json').read_text())['images'] == PRETRAIN_CORPORA[3]['images']
+
+
+def test_version4_files_match_their_provenance():
+    "Version 4's start (`pretrained-v4`): two stages, the second from the first's export on corpus 4b; its CPU hours are wall time × threads."
+    v4 = weights_dir() / SHIPPED['pretrained-v4']['tiny']
+    prov = json.loads(v4.with_suffix('.json').read_text())
+    assert _sha256(v4) == prov['sha256'] and _sha256(v4.with_suffix('.vocab.txt')) == prov['vocab_sha256']
+    assert v4.stat().st_size < 8 * 2**20 and resolve_checkpoint('pretrained-v4', 'tiny') == v4 and prov['version'] == 4
+    s1, s2 = prov['stages']
+    assert s1['config']['init_checkpoint'] == '' and s2['config']['init_checkpoint'] == f"{s1['out_dir']}/export/xvlm_tiny_synthpab.safetensors"
+    assert '--corpus 4b' in s2['command'] and s2['sha256'] == prov['sha256'] and prov['command'] == s2['command']
+    assert abs(prov['cpu_hours'] - sum(s['train']['wall_s'] * s['threads'] for s in prov['stages']) / 3600) < 0.01
+    assert prov['zero_shot']['test']['R1'] > 0 and 'epoch 7' in s1['stopped'] and 'stopped' not in s2   # stage 1 says where and why it stopped

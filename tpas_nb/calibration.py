@@ -4,8 +4,9 @@
 
 # %% ../nbs/43_calibration.ipynb #23dcdb0a
 from __future__ import annotations
-import hashlib, json, tempfile
-from dataclasses import dataclass
+import hashlib, json, os, shutil, tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -16,12 +17,14 @@ import tpas_nb
 from .tables import paper_tables
 from .grid import GRIDS, GRID_ROUNDS, arm_slug, replica_split, TEST_REPLICAS
 from .data.weather import WEATHERS
+from .data import synth as S
+from .eval.benchmark import evaluate_run
 
 # %% auto #0
 __all__ = ['MEASURES', 'CALIBRATION_GRID', 'FROZEN_PATH', 'THUMB_TOLERANCE', 'CALIBRATION_ROOT', 'paper_cell', 'Target',
-           'calibration_targets', 'calibration_runs', 'target_values', 'calibration_table', 'calibration_markdown',
-           'missed_sentence', 'generator_fingerprint', 'generator_digest', 'frozen_versions', 'freeze', 'check_frozen',
-           'plot_weather']
+           'calibration_targets', 'calibration_runs', 'target_values', 'by_itc', 'calibration_table',
+           'calibration_markdown', 'missed_sentence', 'generator_fingerprint', 'generator_digest', 'frozen_versions',
+           'freeze', 'check_frozen', 'plot_weather', 'spec_changed', 'probe', 'probe_table']
 
 # %% ../nbs/43_calibration.ipynb #41b3999e
 def paper_cell(paper: str, table: str, row: str | int, column: str, subset: str | None = None) -> float:
@@ -117,10 +120,19 @@ def target_values(t: Target, runs: dict[str, list[dict]]) -> list[float]:
         sp = sp[:1]
     return [float(MEASURES[t.kind](s, t.split)) for s in sp if t.split in s and 'test' in s]
 
-def calibration_table(root, targets: list[Target] | None = None) -> pd.DataFrame:
+def by_itc(splits: dict) -> dict:
+    "A run's `splits` ranked by ITC alone: each split's metrics replaced by those of its first stage (every subset, identity, hard pairs)."
+    return {s: (r['itc'] if isinstance(r, dict) and 'itc' in r else r) for s, r in splits.items()}
+
+def calibration_table(root, targets: list[Target] | None = None,
+                      ranking: str = 'itm',   # 'itm': re-ranked as the papers do; 'itc': ITC alone (`by_itc`; the re-ranking targets are left out)
+                     ) -> pd.DataFrame:
     "One row per target: the control, the paper's number, the band, the measured mean ± sd (n) and whether the mean lies in the band."
+    if ranking not in ('itm', 'itc'): raise ValueError(f"unknown ranking {ranking!r}; valid: 'itm', 'itc'")
     runs, rows = calibration_runs(root), []
+    if ranking == 'itc': runs = {a: [by_itc(s) for s in sp] for a, sp in runs.items()}
     for t in targets or calibration_targets():
+        if ranking == 'itc' and t.kind == 're-ranked - ITC': continue
         v = np.array(target_values(t, runs), float)
         mean = v.mean() if len(v) else np.nan
         band = (f'≥ {t.lo:g}' if np.isinf(t.hi) else f'{t.lo:.4g} to {t.hi:.4g}')
@@ -129,14 +141,27 @@ def calibration_table(root, targets: list[Target] | None = None) -> pd.DataFrame
                          measured=shown, mean=mean, n=len(v), ok=bool(len(v)) and bool(t.lo <= mean <= t.hi)))
     return pd.DataFrame(rows)
 
-def calibration_markdown(df: pd.DataFrame) -> str:
-    "The table as Markdown, with a pass/fail column and a count line."
-    lines = ['| target | control | paper | band | measured (mean ± sd, n) | |', '|---|---|---|---|---|---|']
-    for r in df.itertuples():
-        lines.append(f'| {r.target} | {r.control} | {r.paper} | {r.band} | {r.measured or "not measured"} | '
-                     f'{"pass" if r.ok else "**fail**" if r.n else ""} |')
+def _mark(r) -> str: return 'pass' if r.ok else '**fail**' if r.n else ''
+
+def _count(df: pd.DataFrame) -> str:
     done = df[df.n > 0]
-    lines.append(f'\n{int(done.ok.sum())} of {len(df)} targets pass' + (f'; {len(df) - len(done)} not measured yet' if len(done) < len(df) else '') + '.')
+    return f'{int(done.ok.sum())} of {len(df)} targets pass' + (f'; {len(df) - len(done)} not measured yet' if len(done) < len(df) else '')
+
+def calibration_markdown(df: pd.DataFrame,               # calibration_table (re-ranked, as the papers rank)
+                         itc: pd.DataFrame | None = None, # the same by ITC alone (calibration_table(ranking='itc')): a column beside
+                        ) -> str:
+    "The table as Markdown, with a pass/fail column (and the ITC-alone column) and a count line."
+    both = itc is not None
+    lines = ['| target | control | paper | band | measured (mean ± sd, n) | |' + (' ITC alone | |' if both else ''),
+             '|---|---|---|---|---|---|' + ('---|---|' if both else '')]
+    by = itc.set_index('target') if both else None
+    for r in df.itertuples():
+        row = f'| {r.target} | {r.control} | {r.paper} | {r.band} | {r.measured or "not measured"} | {_mark(r)} |'
+        if both:
+            i = by.loc[r.target] if r.target in by.index else None
+            row += ' — | |' if i is None else f' {i.measured or "not measured"} | {_mark(i)} |'
+        lines.append(row)
+    lines.append(f'\n{_count(df)}' + (f' as the papers rank (the top 128 re-ranked by ITM); by ITC alone, {_count(itc)}' if both else '') + '.')
     return '\n'.join(lines)
 
 def missed_sentence(df: pd.DataFrame) -> str:
@@ -222,6 +247,62 @@ def plot_weather(root, ax=None):
     ax.set_ylabel('R@1 − Normal R@1'); ax.axhline(0, color='k', lw=0.5); ax.legend(fontsize=8, frameon=False)
     ax.set_title('What each condition costs (dotted: the band of ±6)', fontsize=9)
     return ax
+
+# %% ../nbs/43_calibration.ipynb #b5ac8652
+@contextmanager
+def spec_changed(version: int, changes: dict):
+    "SPECS[version] with `changes` while inside: SynthSpec fields, {'cameras': {split: Camera fields}}, {'severity': Severity fields}."
+    old = S.SPECS[version]
+    ch = dict(changes)
+    spec = replace(old, weather=replace(old.weather, **ch.pop('severity'))) if 'severity' in ch else old
+    if 'cameras' in ch: spec = replace(spec, cameras={**spec.cameras, **{k: replace(spec.cameras[k], **v) for k, v in ch.pop('cameras').items()}})
+    S.SPECS[version] = replace(spec, **ch)
+    try: yield S.SPECS[version]
+    finally: S.SPECS[version] = old
+
+def probe(run_dir,                  # a finished run of the version (its weights and tokenizer)
+          changes: dict,            # knobs changed (`spec_changed`); {} is the reference
+          pairs: int = 500,         # pairs of every split of the probe's SynthPAB
+          splits=('test',),         # test, ucc, heldout, weather:<condition>
+          version: int = 4,
+          name: str = '',           # with `record`: the probe's name in the record
+          record=None,              # a JSONL file the result is appended to
+          cache_dir: str = '',      # where the probe's SynthPAB is drawn once (default: the SynthPAB cache)
+         ) -> dict:                 # split -> R1, R5, R10, mAP, ITC R1, Normal / Anomaly / identity R1, hard-pair accuracy
+    "A run's metrics (top 128 re-ranked, and ITC alone) on a small SynthPAB of `version` drawn with `changes`: how a knob of the evaluated side moves a control, without training."
+    weather = any(s.startswith('weather:') for s in splits)
+    with spec_changed(version, changes) as spec:
+        key = hashlib.sha1(f'{spec!r} {pairs} {weather}'.encode()).hexdigest()[:10]
+        root = Path(cache_dir or os.environ.get('TPAS_NB_CACHE') or Path.home() / '.cache' / 'tpas_nb').expanduser() / f'probe_{key}'
+        if not (root / 'synthpab.json').exists():
+            if root.exists(): shutil.rmtree(root)
+            S.make_synthpab(root, train_pairs=1, val_pairs=0, test_pairs=pairs, ucc_pairs=pairs, heldout_pairs=pairs, workers=1,
+                            progress=False, version=version, weather=weather)
+    out = {}
+    for s, m in evaluate_run(run_dir, list(splits), k_test=128, data_root=str(root)).items():
+        out[s] = dict({k: m['all'][k] for k in ('R1', 'R5', 'R10', 'mAP')}, itc=m['itc']['all']['R1'], normal=m['normal']['R1'],
+                      anomaly=m['anomaly']['R1'], identity=(m['identity'] or {}).get('R1'), hard=m['hard_pair_acc'])
+    if record is not None:
+        with open(record, 'a') as f:
+            f.write(json.dumps(dict(run=str(run_dir), name=name, over=repr(changes), pairs=pairs, base_spec=S.spec_digest(version), splits=out)) + '\n')
+    return out
+
+def probe_table(path,               # a JSONL of `probe` records
+                split: str = 'test', metrics=('R1', 'itc', 'identity', 'hard')) -> pd.DataFrame:
+    "Each probe of `split` against the reference (changes {}) of the same run and base spec: the values and their change."
+    recs = [json.loads(l) for l in Path(path).read_text().splitlines() if l.strip()]
+    recs = [r for r in recs if split in r['splits']]
+    ref = {(r['run'], r['base_spec']): r['splits'][split] for r in recs if r['over'] == '{}'}
+    rows = []
+    for r in recs:
+        base = ref.get((r['run'], r['base_spec']))
+        row = dict(run=Path(r['run']).parent.name, probe=r['name'])
+        for k in metrics:
+            v = r['splits'][split].get(k)
+            row[k] = v
+            if base is not None and r['over'] != '{}' and v is not None: row[f'Δ {k}'] = v - base[k]
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 # %% ../nbs/43_calibration.ipynb #21b943c3
 CALIBRATION_ROOT = 'runs/grid_calib_v4'   # the records of version 4's calibration (tpas_grid calibration --root runs/grid_calib_v4)

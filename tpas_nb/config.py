@@ -130,6 +130,7 @@ class OptimConfig:
     schedule: str = 'linear'        # 'linear' (paper) or 'step' (official code)
     lr_mult_new: float = 1.0        # lr multiplier of layers not in the checkpoint (official: 2)
     lr_mult_cross: float = 1.0      # lr multiplier of the pretrained cross layers and ITM head (0 = kept as loaded; 40_training)
+    lr_mult_base: float = 1.0       # lr multiplier of every other pretrained parameter (0 = kept as loaded: the cross encoder trains alone; 42_pretrain)
     grad_clip: float = 0.0          # max grad norm; 0 = off
 
 @dataclass

@@ -14,6 +14,7 @@ import scipy.stats
 import yaml
 
 from filelock import FileLock
+import submitit
 
 from .config import RunConfig, PROFILES, from_dict, to_dict, load_config, save_config, config_diff
 from .methods import method_key
@@ -31,13 +32,13 @@ from .train import train
 
 # %% auto #0
 __all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'FINAL_SPLITS_OF', 'TEST_REPLICAS', 'GRID_PROFILE', 'GRID_FIELDS',
-           'DIAGNOSE_GRIDS', 'METRICS', 'DIAGNOSTICS', 'RERANK_COLUMNS', 'DRAW_METRICS', 'REPLICA_VARIANT',
+           'DIAGNOSE_GRIDS', 'GRID_GPUS', 'METRICS', 'DIAGNOSTICS', 'RERANK_COLUMNS', 'DRAW_METRICS', 'REPLICA_VARIANT',
            'RERANK_SPLITS', 'RERANK_OFF', 'RECORD_FILES', 'replica_split', 'merge', 'grid_round', 'grid_budget',
            'arm_slug', 'arm_from_slug', 'run_dir', 'grid_arms', 'grid_config', 'same_config', 'grid_status',
-           'find_same_run', 'finished_runs', 'diagnose_grid', 'run_grid', 'flatten_metrics', 'collect', 'summarise',
-           'paired_delta', 'grid_hours', 'run_hits', 'seed_variance', 'test_replica', 'split_folder',
-           'evaluate_replicas', 'replicas_grid', 'rerank_study', 'fused_r1', 'rerank_grid', 'check_records',
-           'parse_sets', 'grid_cli']
+           'find_same_run', 'finished_runs', 'diagnose_grid', 'run_grid', 'GridJob', 'submit_grid', 'flatten_metrics',
+           'collect', 'summarise', 'paired_delta', 'grid_hours', 'run_hits', 'seed_variance', 'test_replica',
+           'split_folder', 'evaluate_replicas', 'replicas_grid', 'rerank_study', 'fused_r1', 'rerank_grid',
+           'check_records', 'parse_sets', 'grid_cli']
 
 # %% ../nbs/41_grid.ipynb #0ef3bcd0
 GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper prints it) -> (method, switches[, RunConfig overrides])
@@ -66,6 +67,7 @@ GRID_ROUNDS: dict[str, tuple[str, dict, dict]] = {   # records root's folder nam
     'grid_seda_lr5': ('cpu', {},                # a controlled measurement of the current round: SeDA's new layers under GradCO's setting
                       {'seda': {'wise_alpha': 1.0, 'optim': {'lr_mult_new': 5.0}}}),    # (95_tables, SeDA: what its seed spread is made of)
     'grid_calib_v4': ('cpu-v4', {}, {}),        # SynthPAB version 4's calibration on the X-VLM rows (43_calibration)
+    'grid_paper': ('paper', {}, {}),            # the papers' recipe on real PAB, on GPUs (a cluster: --submit slurm); data.root, data.vocab, init_checkpoint by --set
 }
 GRID_FINAL_SPLITS = ('test', 'ucc', 'heldout', 'weather:dark')   # every grid run is evaluated on these at its end (issue 30: robustness per row)
 FINAL_SPLITS_OF = {'calibration': ('test', 'ucc', 'heldout', *(f'weather:{w}' for w in WEATHERS[1:]))}   # grids evaluated on more: every condition of Table 2
@@ -266,6 +268,58 @@ def run_grid(grid: str,                          # a key of GRIDS
     if len(todo): print(f"{grid}: {len(todo)} of {len(df)} runs not done: " + ', '.join(f'{a}/seed{s} ({st})' for a, s, st in zip(todo.arm, todo.seed, todo.after)))
     else: print(f"{grid}: all {len(df)} runs done")
     return df
+
+# %% ../nbs/41_grid.ipynb #8df3b8f3
+GRID_GPUS = {'paper': 4}   # profile -> GPUs of one cluster job (CMP App. B.1: four RTX 3090); a profile not named here asks for none
+
+class GridJob(submitit.helpers.Checkpointable):
+    "One (arm, seed) of a grid as a cluster job runs it; requeued with the same call on preemption or time-out (train resumes the folder)."
+    def __init__(self, gpus: int = 0, train_fn: Callable | None = None): self.gpus, self.train_fn = gpus, train_fn
+    def __call__(self, grid: str, arm: str, seed: int, root: str, overrides: dict, round_: str) -> dict:
+        rank = 0
+        if self.gpus > 1:   # one task per GPU: a torch.distributed group that Accelerate joins inside train
+            rank = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False).rank
+        if rank == 0:
+            return run_grid(grid, seeds=(seed,), root=root, arms=[arm], overrides=overrides, progress=False,
+                            train_fn=self.train_fn, round_=round_).iloc[0].to_dict()
+        (self.train_fn or train)(grid_config(grid, arm, seed, root, overrides, round_), progress=False)   # the other ranks only train
+        return {}
+
+def submit_grid(grid: str,
+                seeds=(0, 1, 2),
+                root='runs/grid',
+                arms=None,
+                overrides: dict | None = None,
+                round_: str | None = None,
+                executor: str = 'slurm',        # 'slurm' | 'local' (submitit's LocalExecutor: child processes on this machine)
+                partition: str = '',            # the Slurm partition ('' = the cluster's default)
+                gpus: int | None = None,        # GPUs per job (None: GRID_GPUS of the round's profile)
+                timeout_min: int = 24 * 60,     # a job's time limit; a job that reaches it is requeued and resumes
+                cpus_per_task: int = 8,
+                slurm_args: dict | None = None, # further submitit parameters, e.g. {'slurm_account': 'abc', 'slurm_qos': 'high'}
+                train_fn: Callable | None = None,   # as run_grid's (tests)
+               ) -> tuple[pd.DataFrame, list]:  # (one row per run: state before, action, job id), the submitit jobs
+    "Submit every (arm, seed) of `grid` that is not done as one cluster job each; finished runs are skipped and identical ones reused here."
+    if executor not in ('slurm', 'local'): raise ValueError(f"unknown executor {executor!r}; valid: 'slurm', 'local'")
+    round_ = grid_round(root, round_)
+    gpus = GRID_GPUS.get(GRID_ROUNDS[round_][0], 0) if gpus is None else gpus
+    plan = [(seed, arm, grid_config(grid, arm, seed, root, overrides, round_)) for seed in seeds for arm in grid_arms(grid, arms)]
+    ex = submitit.AutoExecutor(folder=Path(root) / '_submitit' / '%j', cluster=executor)
+    ex.update_parameters(name=f'tpas_{grid}', timeout_min=timeout_min, tasks_per_node=max(gpus, 1), cpus_per_task=cpus_per_task,
+                         **({'gpus_per_node': gpus} if gpus else {}), **({'slurm_partition': partition} if partition else {}), **(slurm_args or {}))
+    rows, jobs = [], []
+    for seed, arm, config in plan:
+        out = RunFolder(config.out_dir)
+        before, src = out.status, find_same_run(root, config)
+        if before == 'done' or src:   # nothing to train: settled here
+            _, action = _run_one(grid, arm, seed, config, root, False, True, train_fn or train, False)
+            rows.append(dict(arm=arm, seed=seed, before=before, action=action, job='')); continue
+        job = ex.submit(GridJob(gpus, train_fn), grid, arm, seed, str(root), overrides or {}, round_)
+        jobs.append(job)
+        rows.append(dict(arm=arm, seed=seed, before=before, action='submitted', job=str(job.job_id)))
+    df = pd.DataFrame(rows, columns=['arm', 'seed', 'before', 'action', 'job'])
+    print(f"{grid}: {len(jobs)} job(s) submitted ({executor}, {gpus} GPU(s) each), {len(df) - len(jobs)} settled here; logs in {Path(root) / '_submitit'}")
+    return df, jobs
 
 # %% ../nbs/41_grid.ipynb #21fb3801
 METRICS: dict[str, tuple] = {   # collect() column -> path in metrics.json
@@ -655,6 +709,12 @@ def grid_cli(argv=None):
                     help=f"with --rerank: the splits to study besides val (default: test; also {', '.join(RERANK_OFF)}), added to an existing rerank.json")
     ap.add_argument('--no-reuse', action='store_true', help='train even when an identical run exists under ROOT')
     ap.add_argument('--set', action='append', default=[], metavar='KEY=VALUE', help="override the round's budget (grid_budget), e.g. epochs=4, optim.lr=1e-3")
+    cl = ap.add_argument_group('on a cluster', 'one job per run that is not done, through submitit (submit_grid); run the same command again to submit what is left')
+    cl.add_argument('--submit', choices=['slurm', 'local'], default=None, help="submit the runs as jobs instead of training them here ('local': child processes of this machine)")
+    cl.add_argument('--partition', default='', help='the Slurm partition (default: the cluster\'s)')
+    cl.add_argument('--gpus', type=int, default=None, help=f'GPUs per job (default: the round profile\'s, GRID_GPUS {GRID_GPUS})')
+    cl.add_argument('--timeout-min', type=int, default=24 * 60, help="a job's time limit in minutes; a job that reaches it is requeued and resumes")
+    cl.add_argument('--slurm-arg', action='append', default=[], metavar='KEY=VALUE', help='a further submitit parameter, e.g. slurm_account=abc')
     a = ap.parse_args(argv)
     try:
         overrides, round_ = parse_sets(a.set), grid_round(a.root, a.round_)
@@ -672,6 +732,10 @@ def grid_cli(argv=None):
             print(recs.to_string(index=False) if len(recs) else f'no finished runs of {a.grid} under {a.root}')
             if not recs.ok.all(): sys.exit(1)
             return
+        if a.submit:
+            df, _ = submit_grid(a.grid, a.seeds, a.root, arms, overrides, round_, a.submit, a.partition, a.gpus, a.timeout_min,
+                                slurm_args=parse_sets(a.slurm_arg))
+            print(df.to_string(index=False)); return
         df = run_grid(a.grid, seeds=a.seeds, root=a.root, arms=arms, dry_run=a.dry_run, overrides=overrides,
                       progress=sys.stderr.isatty(), reuse=not a.no_reuse, round_=round_)
         if a.dry_run: print(df[['arm', 'seed', 'before', 'action', 'run_dir']].to_string(index=False))

@@ -138,6 +138,7 @@ def write_report(run_dir,                    # a run folder of tpas_nb.train
                  progress: bool = False,
                 ) -> Path:                   # the HTML file written
     "Write one self-contained HTML page of a run's ranked results, worst queries first, with filters."
+    # 62 lines: the page's data gathered in reading order, then one template call (templates/report.html.j2).
     t0 = time.time()
     run = Run(run_dir, data_root)
     rankings = rank_splits(run_dir, _splits(run, splits), distractors, pose, 0 if itc_only else k_test, weights,

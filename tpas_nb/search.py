@@ -497,6 +497,7 @@ def make_app(searcher: Searcher,                     # a Searcher, usually with 
              allow_root=None,                        # the page indexes only folders in it (index_root; None: the folder's parent)
             ):                                       # a FastAPI app
     "The search page and its JSON API over `searcher` (routes in the table above)."
+    # 62 lines: every route of the page in one place, so that what a request may reach (token, allowed roots) reads at once.
     from fastapi import Body, FastAPI, Query
     from fastapi.responses import HTMLResponse
     from starlette.exceptions import HTTPException

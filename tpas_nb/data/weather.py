@@ -4,7 +4,7 @@
 
 # %% ../../nbs/03_weather.ipynb #434f00c3
 from __future__ import annotations
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 import numpy as np
 from PIL import Image
@@ -231,6 +231,8 @@ def apply_weather(image,    # PIL RGB image or H×W×3 uint8 array
     return Image.fromarray(np.array(x) if not steps else x)
 
 # %% ../../nbs/03_weather.ipynb #81ca0e2c
+_ADDED = ('mixed',)   # Severity's fields added after version 3 was frozen
+
 @dataclass(frozen=True)
 class Severity:
     "How hard each condition hits; the defaults are the effects above (version 3, the corpus's weather)."
@@ -240,7 +242,12 @@ class Severity:
     veil: float = 0.0               # rain and snow also blend their colour over the whole frame at this opacity
     dark: tuple = (DARK_GAIN, DARK_OFFSET)            # night: I' = gain·I + offset
     light: tuple = (LIGHT_GAIN, LIGHT_MAX_OFFSET)     # over-exposure: I' = gain·I + U[0, max offset]
-    lit: bool = False               # dark_rain, dark_snow: the night first, then the rain or snow drawn bright over it
+    lit: bool | tuple = False       # dark_rain, dark_snow: the night first, then the rain or snow drawn bright over it (True: both; or the names, ('rain',))
+    mixed: float = 1.0              # rain + snow: × the drops and flakes of each, where the two fall together
+
+    def __repr__(self) -> str:      # a field added since a version was frozen shows only when set, so that version's spec_digest stands
+        shown = [f for f in fields(self) if f.name not in _ADDED or getattr(self, f.name) != f.default]
+        return f"Severity({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
 
     def _wind(self, x, rng):
         k = max(3, 2 * int(round((wind_kernel_length(min(x.shape[:2])) * self.wind - 1) / 2)) + 1)
@@ -248,6 +255,8 @@ class Severity:
     def _veil(self, x, colour): return composite(x, np.full(x.shape[:2], self.veil, np.float32), colour) if self.veil else x
     def _rain(self, x, rng): return composite(self._veil(x, RAIN_COLOUR), rain_alpha(x.shape[:2], rng, *self.rain), RAIN_COLOUR)
     def _snow(self, x, rng): return composite(self._veil(x, SNOW_COLOUR), snow_alpha(x.shape[:2], rng, *self.snow), SNOW_COLOUR)
+    def _rain_mixed(self, x, rng): return replace(self, rain=(self.rain[0] * self.mixed, *self.rain[1:]))._rain(x, rng)
+    def _snow_mixed(self, x, rng): return replace(self, snow=(self.snow[0] * self.mixed, *self.snow[1:]))._snow(x, rng)
     def _dark(self, x, rng): return _affine(x, *self.dark)
     def _light(self, x, rng): return _affine(x, self.light[0], rng.uniform(0, self.light[1]))
 
@@ -257,8 +266,10 @@ class Severity:
         fx = dict(wind=self._wind, rain=self._rain, snow=self._snow, dark=self._dark, light=self._light)
         parts = ['rain', 'snow'] if name == 'rain_snow' else [p for p in name.split('_') if p != 'normal']
         if not parts: return ()
-        if self.lit and parts[0] == 'dark' and parts[-1] in ('rain', 'snow'): return tuple(fx[p] for p in parts)
+        if name == 'rain_snow' and self.mixed != 1.0: return (self._rain_mixed, self._snow_mixed)
+        lit = self.lit is True or (isinstance(self.lit, tuple) and parts[-1] in self.lit)
+        if lit and parts[0] == 'dark' and parts[-1] in ('rain', 'snow'): return tuple(fx[p] for p in parts)
         return tuple(fx[p] for p in (parts[1:] + parts[:1] if parts[0] == 'dark' else parts))   # as WEATHER_STEPS: the night last
 
 SEVERITY = {3: Severity(),   # SynthPAB version -> the severity of its multi-weather copies
-            4: Severity(wind=1.6, rain=(3.5, 1.3), snow=(2.5, 1.2, 1.4), veil=0.15, dark=(0.5, -10.0), light=(1.45, 25.0), lit=True)}
+            4: Severity(wind=1.6, rain=(6.0, 1.5), snow=(6.0, 1.5, 1.6), veil=0.15, dark=(0.5, -10.0), light=(1.6, 30.0), lit=('rain',), mixed=0.45)}

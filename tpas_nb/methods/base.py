@@ -159,6 +159,8 @@ class Report(NamedTuple):
 # %% ../../nbs/20_base.ipynb #46965b30
 class Method(nn.Module):
     "The X-VLM objectives on the shared backbone, with CMP's pose branch and identity hard negatives as switches."
+    # Longer than 150 lines on purpose: the interface every method subclasses (encode, the three losses, retrieval), whose
+    # parts share one encoding of the batch; each part is a method of a few lines, overridden one at a time.
     skip_unweighted: bool = True   # a term of weight 0 is not computed (it costs nothing)
     gather_processes: bool = False # contrastive terms over the batches of all processes (the trainer sets it under DDP)
 

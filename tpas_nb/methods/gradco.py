@@ -219,6 +219,8 @@ class GradCOEncoded(Encoded):
 
 class GradCO(Method):
     "GradCO: B-MoE expert streams, COL offload anchors and HIA aggregation on the shared backbone."
+    # Longer than STYLE.md's 150 lines on purpose: the forward follows the paper's Fig. 2 (B-MoE, then COL, then HIA) and
+    # each loss sits beside the features it reads; the blocks themselves (BMoE, COL, HIA) are the classes above.
     skip_unweighted = False   # every term is computed, at weight 0 too: the arms D#12 / D#13 still report the removed loss
 
     def __init__(self, backbone_cfg: BackboneConfig, tokens: TokenIds, cfg: GradCOConfig | None = None, regularisers: dict | None = None):

@@ -411,14 +411,15 @@ def to_xvlm_state_dict(model: Backbone) -> dict:
     return out
 PRETRAINED = {'tiny': 'xvlm_tiny_synthpab.safetensors'}   # preset -> the checkpoint shipped in tpas_nb/weights (42_pretrain): version 2, the grids' start
 SHIPPED = {'pretrained': PRETRAINED,                        # init_checkpoint name -> preset -> file in tpas_nb/weights
-           'pretrained-v3': {'tiny': 'xvlm_tiny_synthpab_v3.safetensors'}}   # version 3 (three stages), the cpu profile's start
+           'pretrained-v3': {'tiny': 'xvlm_tiny_synthpab_v3.safetensors'},   # version 3 (three stages), the cpu-v3 profile's start
+           'pretrained-v4': {'tiny': 'xvlm_tiny_synthpab_v4.safetensors'}}   # version 4 (two stages), the calibrated version's start
 
 def weights_dir() -> Path:
     "tpas_nb/weights: the checkpoints that ship with the package, with their provenance."
     from importlib.resources import files
     return Path(str(files('tpas_nb'))) / 'weights'
 
-def resolve_checkpoint(name: str, # a name of SHIPPED ('pretrained', 'pretrained-v3': the preset's shipped checkpoint) or a local path
+def resolve_checkpoint(name: str, # a name of SHIPPED ('pretrained', 'pretrained-v3', 'pretrained-v4': the preset's shipped checkpoint) or a local path
                        preset: str) -> Path:
     "The file of an `init_checkpoint`."
     if name in SHIPPED:

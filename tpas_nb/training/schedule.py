@@ -37,24 +37,25 @@ def param_groups(model: nn.Module,               # the method (or any module)
                  lr_mult_new: float = 1.0,       # μ_new
                  cross: set[int] = frozenset(),  # ids of the pretrained parameters with their own multiplier (`cross_ids`)
                  lr_mult_cross: float = 1.0,     # μ_cross
+                 lr_mult_base: float = 1.0,      # μ_base: every other pretrained parameter (0: none of them is in a group)
                 ) -> list[dict]:                 # AdamW groups: params, lr, weight_decay, name (empty groups dropped)
     "AdamW groups (decay / no decay) × (pretrained / cross / new); every trainable parameter exactly once, a new one never in `cross`."
     nd = no_decay_ids(model)
     kind = lambda p: 'new' if id(p) in new_ids else 'cross' if id(p) in cross else ''
-    mult = {'': 1.0, 'cross': lr_mult_cross, 'new': lr_mult_new}
+    mult = {'': lr_mult_base, 'cross': lr_mult_cross, 'new': lr_mult_new}
     groups = {(d, k): [] for k in mult for d in (True, False)}
     for _, p in model.named_parameters():          # named_parameters yields a tied parameter once
         if p.requires_grad: groups[(id(p) not in nd, kind(p))].append(p)
     return [dict(params=ps, lr=lr * mult[k], weight_decay=weight_decay if decay else 0.0,
                  name=('decay' if decay else 'no_decay') + (f'_{k}' if k else ''))
-            for (decay, k), ps in groups.items() if ps]
+            for (decay, k), ps in groups.items() if ps and mult[k] > 0]
 
 def build_optimizer(model: nn.Module, optim: OptimConfig, new_ids: set[int] = frozenset()) -> torch.optim.AdamW:
     "AdamW over `param_groups` with the betas of `optim` (the cross groups only when `lr_mult_cross` ≠ 1, so that older runs resume)."
     if optim.lr <= 0 or optim.weight_decay < 0: raise ValueError(f"need lr > 0 and weight_decay >= 0, got {optim.lr}, {optim.weight_decay}")
-    if optim.lr_mult_cross < 0: raise ValueError(f"need lr_mult_cross >= 0, got {optim.lr_mult_cross}")
-    cross = cross_ids(model) if optim.lr_mult_cross != 1 else frozenset()
-    return torch.optim.AdamW(param_groups(model, optim.lr, optim.weight_decay, new_ids, optim.lr_mult_new, cross, optim.lr_mult_cross),
+    if min(optim.lr_mult_cross, optim.lr_mult_base) < 0: raise ValueError(f"need lr_mult_cross >= 0 and lr_mult_base >= 0, got {optim.lr_mult_cross}, {optim.lr_mult_base}")
+    cross = cross_ids(model) if optim.lr_mult_cross != 1 or optim.lr_mult_base != 1 else frozenset()
+    return torch.optim.AdamW(param_groups(model, optim.lr, optim.weight_decay, new_ids, optim.lr_mult_new, cross, optim.lr_mult_cross, optim.lr_mult_base),
                              lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay)
 
 # %% ../../nbs/40a_schedule.ipynb #13aaeb2d
