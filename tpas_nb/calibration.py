@@ -4,7 +4,7 @@
 
 # %% ../nbs/43_calibration.ipynb #23dcdb0a
 from __future__ import annotations
-import hashlib, json, os, shutil, tempfile
+import hashlib, json, shutil, tempfile, time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,6 +19,7 @@ from .grid import GRIDS, GRID_ROUNDS, arm_slug, replica_split, TEST_REPLICAS
 from .data.weather import WEATHERS
 from .data import synth as S
 from .eval.benchmark import evaluate_run
+from .runs import cache_root
 
 # %% auto #0
 __all__ = ['MEASURES', 'CALIBRATION_GRID', 'FROZEN_PATH', 'THUMB_TOLERANCE', 'CALIBRATION_ROOT', 'paper_cell', 'Target',
@@ -270,10 +271,10 @@ def probe(run_dir,                  # a finished run of the version (its weights
           cache_dir: str = '',      # where the probe's SynthPAB is drawn once (default: the SynthPAB cache)
          ) -> dict:                 # split -> R1, R5, R10, mAP, ITC R1, Normal / Anomaly / identity R1, hard-pair accuracy
     "A run's metrics (top 128 re-ranked, and ITC alone) on a small SynthPAB of `version` drawn with `changes`: how a knob of the evaluated side moves a control, without training."
-    weather = any(s.startswith('weather:') for s in splits)
+    weather, t0 = any(s.startswith('weather:') for s in splits), time.time()
     with spec_changed(version, changes) as spec:
         key = hashlib.sha1(f'{spec!r} {pairs} {weather}'.encode()).hexdigest()[:10]
-        root = Path(cache_dir or os.environ.get('TPAS_NB_CACHE') or Path.home() / '.cache' / 'tpas_nb').expanduser() / f'probe_{key}'
+        root = cache_root(cache_dir) / f'probe_{key}'
         if not (root / 'synthpab.json').exists():
             if root.exists(): shutil.rmtree(root)
             S.make_synthpab(root, train_pairs=1, val_pairs=0, test_pairs=pairs, ucc_pairs=pairs, heldout_pairs=pairs, workers=1,
@@ -284,7 +285,7 @@ def probe(run_dir,                  # a finished run of the version (its weights
                       anomaly=m['anomaly']['R1'], identity=(m['identity'] or {}).get('R1'), hard=m['hard_pair_acc'])
     if record is not None:
         with open(record, 'a') as f:
-            f.write(json.dumps(dict(run=str(run_dir), name=name, over=repr(changes), pairs=pairs, base_spec=S.spec_digest(version), splits=out)) + '\n')
+            f.write(json.dumps(dict(run=str(run_dir), name=name, over=repr(changes), pairs=pairs, base_spec=S.spec_digest(version), seconds=round(time.time() - t0, 1), splits=out)) + '\n')
     return out
 
 def probe_table(path,               # a JSONL of `probe` records

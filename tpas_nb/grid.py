@@ -35,10 +35,10 @@ __all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'FINAL_SPLITS_OF', 'TEST
            'DIAGNOSE_GRIDS', 'GRID_GPUS', 'METRICS', 'DIAGNOSTICS', 'RERANK_COLUMNS', 'DRAW_METRICS', 'REPLICA_VARIANT',
            'RERANK_SPLITS', 'RERANK_OFF', 'RECORD_FILES', 'replica_split', 'merge', 'grid_round', 'grid_budget',
            'arm_slug', 'arm_from_slug', 'run_dir', 'grid_arms', 'grid_config', 'same_config', 'grid_status',
-           'find_same_run', 'finished_runs', 'diagnose_grid', 'run_grid', 'GridJob', 'submit_grid', 'flatten_metrics',
-           'collect', 'summarise', 'paired_delta', 'grid_hours', 'run_hits', 'seed_variance', 'test_replica',
-           'split_folder', 'evaluate_replicas', 'replicas_grid', 'rerank_study', 'fused_r1', 'rerank_grid',
-           'check_records', 'parse_sets', 'grid_cli']
+           'find_same_run', 'finished_runs', 'diagnose_grid', 'grid_train_fn', 'run_grid', 'GridJob', 'submit_grid',
+           'flatten_metrics', 'collect', 'summarise', 'paired_delta', 'grid_hours', 'run_hits', 'seed_variance',
+           'test_replica', 'split_folder', 'evaluate_replicas', 'replicas_grid', 'rerank_study', 'fused_r1',
+           'rerank_grid', 'check_records', 'parse_sets', 'grid_cli']
 
 # %% ../nbs/41_grid.ipynb #0ef3bcd0
 GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper prints it) -> (method, switches[, RunConfig overrides])
@@ -233,6 +233,10 @@ def _run_one(grid: str, arm: str, seed: int, config: RunConfig, root, dry_run: b
     except Exception: out.file('error').write_text(traceback.format_exc()); action = 'failed'
     return before, action
 
+def grid_train_fn(grid: str) -> Callable:
+    "How a grid's runs are trained by default: `train`, evaluated at the end on the grid's final splits (FINAL_SPLITS_OF, else GRID_FINAL_SPLITS)."
+    return functools.partial(train, final_splits=FINAL_SPLITS_OF.get(grid, GRID_FINAL_SPLITS))
+
 def run_grid(grid: str,                          # a key of GRIDS
              seeds=(0, 1, 2),                    # seeds, in the order they are run
              root='runs/grid',                   # the grid's runs go to <root>/<grid>/<arm slug>/seed<k>/
@@ -249,7 +253,7 @@ def run_grid(grid: str,                          # a key of GRIDS
     arm_list = grid_arms(grid, arms)
     plan = [(seed, arm, grid_config(grid, arm, seed, root, overrides, round_)) for seed in seeds for arm in arm_list]  # validates first
     if replicas is None: replicas = TEST_REPLICAS if train_fn is None else 0
-    if train_fn is None: train_fn = functools.partial(train, final_splits=FINAL_SPLITS_OF.get(grid, GRID_FINAL_SPLITS))
+    if train_fn is None: train_fn = grid_train_fn(grid)
     rows, changed = [], []
     for i, (seed, arm, config) in enumerate(plan):
         out, t0 = RunFolder(config.out_dir), time.time()
@@ -282,7 +286,7 @@ class GridJob(submitit.helpers.Checkpointable):
         if rank == 0:
             return run_grid(grid, seeds=(seed,), root=root, arms=[arm], overrides=overrides, progress=False,
                             train_fn=self.train_fn, round_=round_).iloc[0].to_dict()
-        (self.train_fn or train)(grid_config(grid, arm, seed, root, overrides, round_), progress=False)   # the other ranks only train
+        (self.train_fn or grid_train_fn(grid))(grid_config(grid, arm, seed, root, overrides, round_), progress=False)   # the other ranks train and evaluate with rank 0
         return {}
 
 def submit_grid(grid: str,

@@ -16,7 +16,7 @@ from .data.pab import PABFolder, pab_tokenizer
 from .models.encoders import PRETRAINED, weights_dir, to_xvlm_state_dict
 from .methods import from_flat
 from .train import train, vocab_list
-from .runs import build_run_method, load_weights, save_weights, atomic_write, resolve_data_root, file_digest
+from .runs import build_run_method, load_weights, save_weights, atomic_write, resolve_data_root, file_digest, cache_root
 from .train import Callback
 
 # %% auto #0
@@ -51,7 +51,7 @@ PRETRAIN_RECIPES = {   # SynthPAB version -> the recipe of its first stage
 
 def corpus_dir(cache_dir: str = '', corpus: dict = PRETRAIN_CORPUS) -> Path:
     "Where the pretraining corpus of these parameters lives: <cache>/synthpab_pretrain_<hash of parameters and generator version>."
-    base = Path(cache_dir or os.environ.get('TPAS_NB_CACHE') or Path.home() / '.cache' / 'tpas_nb').expanduser()
+    base = cache_root(cache_dir)
     key = json.dumps({**corpus, 'version': corpus.get('version', 3)}, sort_keys=True)
     return base / f"synthpab_pretrain_{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 

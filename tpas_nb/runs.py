@@ -24,8 +24,9 @@ from .models.legacy import upgrade_state_dict
 # %% auto #0
 __all__ = ['RUN_FILES', 'RUN_STATES', 'METRICS_SCHEMA', 'EMB_LAYOUT', 'RESUMABLE_CHANGES', 'WEIGHTS', 'SWITCHES_HEADER',
            'atomic_write', 'file_digest', 'save_weights', 'load_weights', 'save_state', 'load_state', 'cache_file',
-           'load_or_embed', 'synth_params', 'synth_cache_dir', 'resolve_data_root', 'run_backbone', 'build_run_method',
-           'config_changes', 'vocab_list', 'RunFolder', 'write_run_files', 'RunError', 'Run', 'switch_parameters']
+           'load_or_embed', 'synth_params', 'cache_root', 'synth_cache_dir', 'resolve_data_root', 'run_backbone',
+           'build_run_method', 'config_changes', 'vocab_list', 'RunFolder', 'write_run_files', 'RunError', 'Run',
+           'switch_parameters']
 
 # %% ../nbs/29_runs.ipynb #2738e0bc
 RUN_FILES: dict[str, str] = {   # role -> file name: the one place the files of a run folder are named
@@ -144,9 +145,13 @@ def synth_params(data: DataConfig) -> dict:
                 ucc_pairs=data.synth_ucc_pairs, heldout_pairs=data.synth_test_pairs // 2 if data.synth_heldout_pairs < 0 else data.synth_heldout_pairs, image_size=data.synth_image_size, weather=data.synth_weather, seed=data.synth_seed,
                 version=data.synth_version)
 
+def cache_root(cache_dir: str = '') -> Path:
+    "The folder generated data is kept in: `cache_dir`, else $TPAS_NB_CACHE, else ~/.cache/tpas_nb."
+    return Path(cache_dir or os.environ.get('TPAS_NB_CACHE') or Path.home() / '.cache' / 'tpas_nb').expanduser()
+
 def synth_cache_dir(data: DataConfig) -> Path:
     "Where the SynthPAB of these parameters lives: <cache>/synthpab_<hash of parameters and generator version>."
-    base = Path(data.cache_dir or os.environ.get('TPAS_NB_CACHE') or Path.home() / '.cache' / 'tpas_nb').expanduser()
+    base = cache_root(data.cache_dir)
     params = synth_params(data)
     key = json.dumps(params if data.synth_version == 3 else dict(params, spec=spec_digest(data.synth_version)), sort_keys=True)   # version 3's folders keep their name
     return base / f"synthpab_{hashlib.sha1(key.encode()).hexdigest()[:10]}"

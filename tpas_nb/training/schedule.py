@@ -37,7 +37,7 @@ def param_groups(model: nn.Module,               # the method (or any module)
                  lr_mult_new: float = 1.0,       # μ_new
                  cross: set[int] = frozenset(),  # ids of the pretrained parameters with their own multiplier (`cross_ids`)
                  lr_mult_cross: float = 1.0,     # μ_cross
-                 lr_mult_base: float = 1.0,      # μ_base: every other pretrained parameter (0: none of them is in a group)
+                 lr_mult_base: float = 1.0,      # μ_base: every other pretrained parameter (0: left out of the optimizer)
                 ) -> list[dict]:                 # AdamW groups: params, lr, weight_decay, name (empty groups dropped)
     "AdamW groups (decay / no decay) × (pretrained / cross / new); every trainable parameter exactly once, a new one never in `cross`."
     nd = no_decay_ids(model)
@@ -48,7 +48,7 @@ def param_groups(model: nn.Module,               # the method (or any module)
         if p.requires_grad: groups[(id(p) not in nd, kind(p))].append(p)
     return [dict(params=ps, lr=lr * mult[k], weight_decay=weight_decay if decay else 0.0,
                  name=('decay' if decay else 'no_decay') + (f'_{k}' if k else ''))
-            for (decay, k), ps in groups.items() if ps and mult[k] > 0]
+            for (decay, k), ps in groups.items() if ps and (k or lr_mult_base > 0)]   # μ_cross 0 keeps its groups at lr 0, as before
 
 def build_optimizer(model: nn.Module, optim: OptimConfig, new_ids: set[int] = frozenset()) -> torch.optim.AdamW:
     "AdamW over `param_groups` with the betas of `optim` (the cross groups only when `lr_mult_cross` ≠ 1, so that older runs resume)."
