@@ -65,6 +65,7 @@ class BackboneConfig:
     temp: float = 0.07              # initial ITC temperature τ (learnable, clamped to [0.001, 0.5])
     pose_hidden: int = 16           # Pose Conv width (CMP: 96; at 96 its full-resolution convolutions cost more than the rest of the tiny model on a CPU)
     pose_heads: int = 8             # heads of CMP's pose-aware cross-attention (official block: 16, the paper preset's; tiny: 8)
+    cross_pos: bool = False         # a learnt embedding of each image position, added to the tokens the cross layers read (10_encoders; the version-4 start)
 
 # %% ../nbs/00_config.ipynb #2b665a25
 PRESETS: dict[str, BackboneConfig] = {
@@ -139,6 +140,7 @@ class RunConfig:
     method: str = 'cmp'             # registered method name (xvlm, cmp, seda, gradco)
     preset: str = 'tiny'            # backbone preset
     dropout: float = -1.0           # every dropout of the backbone (hidden, attention, drop-path) set to this; -1 = the preset's (40_training measures 0)
+    cross_pos: bool = False         # the backbone's cross_pos on top of the preset (10_encoders): the version-4 start has it
     method_args: dict = field(default_factory=dict)  # method switches; typed and checked by `tpas_nb.methods.method_config` (from_flat, build_method)
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)

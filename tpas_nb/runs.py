@@ -5,6 +5,7 @@
 # %% ../nbs/29_runs.ipynb #95394ef7
 from __future__ import annotations
 import hashlib, json, os, re, shutil
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 
@@ -171,7 +172,7 @@ def resolve_data_root(data: DataConfig, progress: bool = True) -> Path:
 def run_backbone(config: RunConfig, run_dir=None) -> BackboneConfig:
     "The backbone of a run: `run_dir/backbone.yaml` (the preset as it was when the run started) if present, else the preset."
     p = Path(run_dir) / RUN_FILES['backbone'] if run_dir is not None else None
-    return load_config(p, BackboneConfig) if p is not None and p.exists() else with_dropout(get_preset(config.preset), config.dropout)
+    return load_config(p, BackboneConfig) if p is not None and p.exists() else replace(with_dropout(get_preset(config.preset), config.dropout), cross_pos=config.cross_pos)
 
 def build_run_method(config: RunConfig, tokenizer, run_dir=None) -> nn.Module:
     "The method of `config` (by name, backbone and switches) for this tokenizer; a run folder's own backbone wins over the preset."

@@ -174,6 +174,7 @@ class Backbone(nn.Module):
         self.text_proj = global_head(global_pool, txt_parts * d_txt, cfg.embed_dim)
         self.text_pool = AttentionPool(d_txt) if global_pool == 'grid' else None
         self.itm_head = itm_mlp(d_txt)
+        self.cross_pos = nn.Parameter(torch.zeros(1 + self.num_patches, d_img)) if cfg.cross_pos else None   # where each token is, for the cross layers
         self.temp = nn.Parameter(torch.tensor(float(cfg.temp)))
         self.vision_width, self.text_width, self.img_size = d_img, d_txt, cfg.vision.img_size
 
@@ -195,7 +196,15 @@ class Backbone(nn.Module):
         assert img.shape[0] == txt.shape[0] and img.shape[-1] == self.vision_width, \
             f"img must be B×P×{self.vision_width} with B={txt.shape[0]}, got {tuple(img.shape)}"
         te = self.text_encoder
-        return te.run(txt, txt_mask, te.num_text_layers, len(te.bert.encoder.layer), img, img_mask)
+        return te.run(txt, txt_mask, te.num_text_layers, len(te.bert.encoder.layer), self.cross_image(img), img_mask)
+
+    def cross_image(self, img: Tensor) -> Tensor:
+        "…×P×D_I image tokens as the cross layers read them: with `cross_pos`, each position's embedding added."
+        if self.cross_pos is None: return img
+        if img.shape[-2] != self.cross_pos.shape[0]:
+            raise ValueError(f"cross_pos embeds {self.cross_pos.shape[0]} positions ([CLS] + {self.num_patches} patches), "
+                             f"but the cross layers got {img.shape[-2]} image tokens")
+        return img + self.cross_pos
 
     def encode_text_full(self, ids: Tensor, mask: Tensor, img: Tensor, img_mask: Tensor | None = None) -> Tensor:
         "B×L ids through all layers, conditioned on B×P×D_I image tokens -> B×L×D_T."
@@ -266,7 +275,7 @@ def cross_kv(bb: Backbone,                    # the backbone whose cross layers 
             ) -> CrossKV:                    # kv C×2×H×G×P×d
     "Keys and values of every cross layer for G images: computed once per gallery image, read by `itm_logits_cached`."
     assert img.dim() == 3 and img.shape[-1] == bb.vision_width, f"img must be G×P×{bb.vision_width}, got {tuple(img.shape)}"
-    kv = []
+    img, kv = bb.cross_image(img), []
     for layer in _cross_layers(bb):
         s = layer.crossattention.self
         kv.append(torch.stack([fast_linear(img, lin.weight, lin.bias).unflatten(-1, (s.num_attention_heads, -1)).permute(2, 0, 1, 3)
@@ -382,12 +391,14 @@ def load_xvlm_checkpoint(model: Backbone, path, allow_missing: tuple = (),
         if a in mapped and b not in mapped: mapped[b] = mapped[a]
     if model.global_pool == 'stripes':
         allow_missing = (*allow_missing, 'vision_proj.*', 'text_proj.*')
+    allow_missing = (*allow_missing, 'cross_pos')      # zeros: the cross layers read the tokens as the checkpoint's did
     missing = [k for k in ours if k not in mapped]
     unexpected = [k for k in mapped if k not in ours]
     if bad := _outside(missing, allow_missing):
         raise ValueError(f"{path}: {len(bad)} model key(s) missing from the checkpoint: {bad}; allowed missing: {list(allow_missing)}")
     if bad := _outside(unexpected, allow_unexpected):
-        raise ValueError(f"{path}: {len(bad)} unexpected checkpoint key(s): {bad}; allowed unexpected: {list(allow_unexpected)}")
+        hint = ' (the checkpoint was trained with cross_pos: build the backbone with cross_pos=True)' if 'cross_pos' in bad else ''
+        raise ValueError(f"{path}: {len(bad)} unexpected checkpoint key(s): {bad}; allowed unexpected: {list(allow_unexpected)}{hint}")
     matched = [k for k in ours if k in mapped]
     for k in matched:
         if mapped[k].shape != ours[k].shape:

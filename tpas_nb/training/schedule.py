@@ -28,7 +28,8 @@ def cross_ids(model: nn.Module) -> set[int]:
     "ids of the cross encoder's parameters: the text encoder's cross layers and the ITM head (of `model.backbone`, or `model` itself)."
     bb = getattr(model, 'backbone', model)
     te = bb.text_encoder
-    return {id(p) for m in [*te.bert.encoder.layer[te.num_text_layers:], bb.itm_head] for p in m.parameters()}
+    pos = [] if getattr(bb, 'cross_pos', None) is None else [bb.cross_pos]
+    return {id(p) for m in [*te.bert.encoder.layer[te.num_text_layers:], bb.itm_head] for p in m.parameters()} | {id(p) for p in pos}
 
 def param_groups(model: nn.Module,               # the method (or any module)
                  lr: float,                      # η_0
