@@ -253,3 +253,18 @@ def test_misspelt_switch_is_refused_with_no_prior_import():
     assert out.returncode == 0, out.stderr[-2000:]
     assert "unknown parameter 'poes'" in out.stdout and "not a switch of method 'cmp'" in out.stdout, out.stdout
     assert out.stdout.strip().endswith('False'), out.stdout
+
+
+def test_cross_encoder_alone_leaves_the_rest_frozen(cache, tmp_path):
+    "lr_mult_base 0: every parameter outside the optimizer stops asking for gradients, and only the cross encoder's change."
+    from tpas_nb.training.trainer import Trainer
+    from tpas_nb.training.schedule import cross_ids
+    optim = OptimConfig(lr=1e-3, lr_min=1e-4, warmup_steps=0, lr_mult_base=0.0)
+    t = Trainer.from_config(tiny_config(cache, tmp_path / 'only_cross', method='xvlm', epochs=1, optim=optim), progress=False)
+    names = {id(p): n for n, p in t.model.named_parameters()}
+    cross = {names[i] for i in cross_ids(t.model)}
+    assert cross and {n for n, p in t.model.named_parameters() if p.requires_grad} == cross
+    before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
+    t.fit()
+    changed = {n for n, p in t.model.named_parameters() if not torch.equal(before[n], p.detach())}
+    assert changed and changed <= cross, sorted(changed - cross)[:5]

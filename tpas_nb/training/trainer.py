@@ -256,6 +256,9 @@ class Trainer:
                 ):
         self.setup, self.data, optim = setup, data, setup.config.optim
         optimizer = build_optimizer(model, optim, new_ids)
+        trained = {id(p) for g in optimizer.param_groups for p in g['params']}
+        for p in model.parameters():                                   # left out of the optimizer (lr_mult_base 0): frozen, so that
+            if id(p) not in trained: p.requires_grad_(False)           # autograd stops at them instead of filling grads no one reads
         self.scheduler = build_scheduler(optimizer, optim, data.total)
         self.ddp, self.optimizer = setup.acc.prepare(model, optimizer)  # DDP on several processes, whose contrastive terms then span them all
         self.model = setup.acc.unwrap_model(self.ddp)                    # the one name of the model; `ddp` only runs it
