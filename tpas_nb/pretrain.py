@@ -199,7 +199,9 @@ def zero_shot_metrics(weights, out_dir, cache_dir: str = '', progress: bool = Fa
     "The checkpoint as it is (xvlm, epochs 0) on the default SynthPAB (of `version`)'s test and ucc, and its action probes on val."
     from tpas_nb.eval.diagnostics import action_probe
     side = Path(weights).with_suffix('.vocab.txt')   # the checkpoint's own vocabulary, which SynthPAB folders use once it ships
-    cfg = from_flat('cpu', method='xvlm', epochs=0, init_checkpoint=str(weights), out_dir=str(out_dir), cache_dir=cache_dir or None, synth_version=version,
+    from safetensors import safe_open                                                   # the checkpoint as it is: with its cross_pos if it has one
+    with safe_open(str(weights), 'pt') as f: pos = 'cross_pos' in f.keys()
+    cfg = from_flat('cpu', method='xvlm', epochs=0, init_checkpoint=str(weights), out_dir=str(out_dir), cache_dir=cache_dir or None, synth_version=version, cross_pos=pos,
                     **({'vocab': str(side)} if side.exists() else {}))
     run = train(cfg, progress=progress)
     m = json.loads((run / 'metrics.json').read_text())
