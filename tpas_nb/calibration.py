@@ -25,7 +25,8 @@ from .runs import cache_root
 __all__ = ['MEASURES', 'CALIBRATION_GRID', 'FROZEN_PATH', 'THUMB_TOLERANCE', 'CALIBRATION_ROOT', 'paper_cell', 'Target',
            'calibration_targets', 'calibration_runs', 'target_values', 'by_itc', 'calibration_table',
            'calibration_markdown', 'missed_sentence', 'generator_fingerprint', 'generator_digest', 'frozen_versions',
-           'freeze', 'check_frozen', 'plot_weather', 'spec_changed', 'probe', 'probe_table']
+           'freeze', 'check_frozen', 'plot_weather', 'spec_changed', 'probe', 'probe_table', 'winner_overlap',
+           'error_overlap']
 
 # %% ../nbs/43_calibration.ipynb #41b3999e
 def paper_cell(paper: str, table: str, row: str | int, column: str, subset: str | None = None) -> float:
@@ -307,3 +308,38 @@ def probe_table(path,               # a JSONL of `probe` records
 
 # %% ../nbs/43_calibration.ipynb #21b943c3
 CALIBRATION_ROOT = 'runs/grid_calib_v4'   # the records of version 4's calibration (tpas_grid calibration --root runs/grid_calib_v4)
+
+# %% ../nbs/43_calibration.ipynb #f5f02cbb
+def winner_overlap(recs: dict,          # image_id -> annotation record (scene, person_id, normal or anomaly)
+                   qid, win_itm, win_itc, # per query: its image id, the re-ranked winner's id, ITC's winner's id
+                   seed: int = 0) -> dict:
+    "Share (%) of each kind of top-1 error whose winner has the query image's scene, person or action; and of random images."
+    qid, win_itm, win_itc = map(np.asarray, (qid, win_itm, win_itc))
+    act = lambda r: r.get('normal') or r.get('anomaly')
+    def rate(mask, win):
+        same = [(recs[q]['scene'] == recs[w]['scene'], recs[q]['person_id'] == recs[w]['person_id'], act(recs[q]) == act(recs[w]))
+                for q, w in zip(qid[mask].tolist(), win[mask].tolist())]
+        s = np.asarray(same, dtype=float).reshape(-1, 3)
+        return dict(zip(('scene', 'person', 'action'), (100 * s.mean(0)).round(2).tolist() if len(s) else [np.nan] * 3), n=int(mask.sum()))
+    ok_itm, ok_itc = win_itm == qid, win_itc == qid
+    rnd = np.random.default_rng(seed).choice(np.asarray(list(recs)), len(qid))
+    return dict(rerank_only_errors=rate(~ok_itm & ok_itc, win_itm), itc_only_errors=rate(ok_itm & ~ok_itc, win_itc),
+                both_wrong_rerank=rate(~ok_itm & ~ok_itc, win_itm), both_wrong_itc=rate(~ok_itm & ~ok_itc, win_itc),
+                random_image=rate(np.ones(len(qid), bool), rnd))
+
+def error_overlap(run_dir, split: str = 'test', k_test: int = 128) -> dict:
+    "`winner_overlap` of a finished run's re-ranked and ITC-alone winners on `split` (its best weights, the top k re-ranked)."
+    from .runs import Run                                     # the evaluation stack, needed only here
+    from .data.pab import PABTestDataset
+    from .eval.retrieval import embed_gallery, embed_queries, rank
+    run = Run(run_dir); m = run.load_method('best').eval()
+    ds = PABTestDataset(run.folder, split, img_size=m.backbone.img_size, pose=m.needs_pose)
+    img = embed_gallery(m, ds, 64, progress=False)
+    txt = embed_queries(m, ds.texts, run.tokenizer, run.max_len, 64, 'cpu', False, None)
+    _, topk, itm = rank(m, txt, img, k_test, return_itm=True)
+    name = 'attr.json' if split == 'test' else f'{split}.json'
+    recs = {r['image_id']: r for r in map(json.loads, (run.folder.root / 'annotation' / 'test' / name).read_text().splitlines())}
+    gid, Q = np.asarray(ds.image_ids), len(ds.text_image_ids)
+    return dict(run=str(run_dir), split=split, k_test=k_test, queries=Q,
+                **winner_overlap(recs, ds.text_image_ids, gid[topk[np.arange(Q), itm.argmax(1)].numpy()], gid[topk[:, 0].numpy()]))
+
