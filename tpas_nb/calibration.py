@@ -20,6 +20,12 @@ from .data.weather import WEATHERS
 from .data import synth as S
 from .eval.benchmark import evaluate_run
 from .runs import cache_root
+from .data.synth import make_synthpab, render_corpus_unit
+from .models.encoders import resolve_checkpoint
+from .runs import file_digest
+from .runs import Run
+from .data.pab import PABTestDataset
+from .eval.retrieval import embed_gallery, embed_queries, rank
 
 # %% auto #0
 __all__ = ['MEASURES', 'CALIBRATION_GRID', 'FROZEN_PATH', 'THUMB_TOLERANCE', 'CALIBRATION_ROOT', 'paper_cell', 'Target',
@@ -183,7 +189,6 @@ def _thumb(path) -> list[int]:
 
 def generator_fingerprint(version: int) -> dict:
     "What the generator of `version` draws, on a small SynthPAB (every split, the weather copies) and 24 corpus units: the records' sha256, every image's thumbnail."
-    from tpas_nb.data.synth import make_synthpab, render_corpus_unit
     with tempfile.TemporaryDirectory() as d:
         make_synthpab(Path(d) / 's', train_pairs=6, val_pairs=2, test_pairs=4, ucc_pairs=4, heldout_pairs=4, image_size=64,
                       workers=1, progress=False, version=version)
@@ -204,8 +209,6 @@ def frozen_versions() -> dict:
 
 def freeze(version: int, start: str, root=None) -> dict:
     "Record `version` as frozen: its generator digest, its start's sha256 and (root: its records) the calibration table; refuses to overwrite."
-    from tpas_nb.models.encoders import resolve_checkpoint
-    from tpas_nb.runs import file_digest
     have = frozen_versions()
     if str(version) in have: raise ValueError(f"SynthPAB version {version} is frozen already ({FROZEN_PATH}); a changed generator is a new version")
     fp = generator_fingerprint(version)
@@ -220,8 +223,6 @@ def freeze(version: int, start: str, root=None) -> dict:
 
 def check_frozen(version: int) -> None:
     "Raise if the generator of a frozen `version` draws anything else than it did when frozen, or its start is not the file that was frozen."
-    from tpas_nb.models.encoders import resolve_checkpoint
-    from tpas_nb.runs import file_digest
     rec = frozen_versions().get(str(version))
     if rec is None: raise ValueError(f"SynthPAB version {version} is not frozen; frozen: {sorted(frozen_versions())}")
     fp = generator_fingerprint(version)
@@ -329,9 +330,6 @@ def winner_overlap(recs: dict,          # image_id -> annotation record (scene, 
 
 def error_overlap(run_dir, split: str = 'test', k_test: int = 128) -> dict:
     "`winner_overlap` of a finished run's re-ranked and ITC-alone winners on `split` (its best weights, the top k re-ranked)."
-    from .runs import Run                                     # the evaluation stack, needed only here
-    from .data.pab import PABTestDataset
-    from .eval.retrieval import embed_gallery, embed_queries, rank
     run = Run(run_dir); m = run.load_method('best').eval()
     ds = PABTestDataset(run.folder, split, img_size=m.backbone.img_size, pose=m.needs_pose)
     img = embed_gallery(m, ds, 64, progress=False)

@@ -18,6 +18,13 @@ from .methods import from_flat
 from .train import train, vocab_list
 from .runs import build_run_method, load_weights, save_weights, atomic_write, resolve_data_root, file_digest, cache_root
 from .train import Callback
+from .config import from_dict
+from .data.pab import build_vocab
+from .data.synth import grammar_captions
+from .eval.diagnostics import action_probe
+from .runs import Run
+from .train import _init_checkpoint, wise_interpolate
+from .eval.benchmark import evaluate_split
 
 # %% auto #0
 __all__ = ['PRETRAIN_CORPORA', 'PRETRAIN_CORPUS', 'STAGE_CORPORA', 'PRETRAIN_RECIPE', 'PRETRAIN_RECIPES', 'RECIPE_TRIALS',
@@ -64,7 +71,6 @@ def pretrain_config(out_dir='runs/pretrain', # the run folder
     d = json.loads(json.dumps(PRETRAIN_RECIPES[version]))
     for k, v in overrides.items(): d[k] = {**d[k], **v} if isinstance(v, dict) and isinstance(d.get(k), dict) else v
     d['data'] = {**d.get('data', {}), 'root': str(root or corpus_dir(corpus=PRETRAIN_CORPORA[version])), 'synth_version': version}
-    from tpas_nb.config import from_dict
     return from_dict(RunConfig, {**d, 'out_dir': str(out_dir)})
 
 
@@ -163,8 +169,6 @@ def corpus_vocab(root, version: int = 3) -> Path:
     "The pretraining run's vocabulary, built from the grammar (`build_vocab(grammar_captions(version=version))`) once and kept in the corpus folder."
     path = Path(root) / 'grammar_vocab.txt'
     if not path.exists():
-        from tpas_nb.data.pab import build_vocab
-        from tpas_nb.data.synth import grammar_captions
         atomic_write(path, lambda p: p.write_text('\n'.join(build_vocab(grammar_captions(version=version))) + '\n', encoding='utf-8'))
     return path
 
@@ -197,7 +201,6 @@ def pretrain(out_dir='runs/pretrain',          # the run folder (resumed when it
 
 def zero_shot_metrics(weights, out_dir, cache_dir: str = '', progress: bool = False, version: int = 3) -> dict:
     "The checkpoint as it is (xvlm, epochs 0) on the default SynthPAB (of `version`)'s test and ucc, and its action probes on val."
-    from tpas_nb.eval.diagnostics import action_probe
     side = Path(weights).with_suffix('.vocab.txt')   # the checkpoint's own vocabulary, which SynthPAB folders use once it ships
     from safetensors import safe_open                                                   # the checkpoint as it is: with its cross_pos if it has one
     with safe_open(str(weights), 'pt') as f: pos = 'cross_pos' in f.keys()
@@ -257,8 +260,6 @@ def wise_ft(run,                  # a fine-tuned run folder (or Run) whose confi
             weights: str = 'best',
            ) -> torch.nn.Module:  # the run's method with interpolated weights, in eval mode
     "WiSE-FT: θ = (1−α)·θ_start + α·θ_fine-tuned for every parameter the start checkpoint holds; the method's own new layers stay fine-tuned."
-    from tpas_nb.runs import Run
-    from tpas_nb.train import _init_checkpoint, wise_interpolate
     if not 0 <= alpha <= 1: raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     run = run if isinstance(run, Run) else Run(run)
     if not run.config.init_checkpoint: raise ValueError(f"{run.path} was trained from scratch (no init_checkpoint): there is no start to interpolate with")
@@ -271,8 +272,6 @@ def wise_ft_sweep(run, alphas=(0.0, 0.25, 0.5, 0.75, 1.0), splits=('test', 'ucc'
                   batch_size: int = 64, progress: bool = False):   # DataFrame: R@1 and hard-pair % per α and split
     "R@1 and hard-pair accuracy of `wise_ft(run, α)` on each split, ranked by ITC (k_test=0) or re-ranked by ITM."
     import pandas as pd
-    from tpas_nb.runs import Run
-    from tpas_nb.eval.benchmark import evaluate_split
     run, rows = (run if isinstance(run, Run) else Run(run)), []
     for a in alphas:
         m = wise_ft(run, a)

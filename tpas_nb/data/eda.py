@@ -6,6 +6,7 @@
 from __future__ import annotations
 import random, re
 from pathlib import Path
+from . import synth as S
 
 # %% auto #0
 __all__ = ['FUNCTION_WORDS', 'Synonyms', 'EDA_OPS', 'clean_caption', 'synonyms_from_sets', 'read_synonyms', 'synthpab_synonyms',
@@ -47,7 +48,6 @@ def read_synonyms(path) -> Synonyms:
 
 def synthpab_synonyms() -> Synonyms:
     "SynthPAB's own synonyms: the alternative wordings its caption grammar draws from (clothing, hair, build, person, actions)."
-    from tpas_nb.data import synth as S
     tables = (S.TOPS, S.BOTTOMS, S.HAIR, S.BUILDS, S.GENDERS, S.NORMAL_ACTIONS, S.ANOMALIES)
     return synonyms_from_sets(v for t in tables for v in t.values() if len(v) > 1)
 

@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 
 from ..config import progress as show_progress
 from .eda import eda, read_synonyms, synthpab_synonyms
+from .weather import WEATHERS
 
 # %% auto #0
 __all__ = ['TRAIN_FIELDS', 'COUNTERPART_FIELDS', 'TEST_FIELDS', 'SUB_KEYS', 'PAB_STATS', 'TRAIN_SPLITS', 'POSE_READERS',
@@ -92,7 +93,6 @@ PAB_STATS = {  # published statistics of real PAB (CMP paper, Table 1, Table 7 a
 TRAIN_SPLITS = ('train', 'train_decouple')   # training-format splits: PAB's annotation/train, SeDA's annotation/train_decouple
 
 def _weather_names():
-    from tpas_nb.data.weather import WEATHERS
     return WEATHERS[1:]
 
 def check_image(path: Path, where: str) -> None:
