@@ -18,14 +18,12 @@ from .tables import paper_tables
 from .grid import GRIDS, GRID_ROUNDS, arm_slug, replica_split, TEST_REPLICAS
 from .data.weather import WEATHERS
 from .data import synth as S
-from .eval.benchmark import evaluate_run
-from .runs import cache_root
 from .data.synth import make_synthpab, render_corpus_unit
-from .models.encoders import resolve_checkpoint
-from .runs import file_digest
-from .runs import Run
 from .data.pab import PABTestDataset
+from .models.encoders import resolve_checkpoint
+from .eval.benchmark import evaluate_run
 from .eval.retrieval import embed_gallery, embed_queries, rank
+from .runs import Run, cache_root, file_digest
 
 # %% auto #0
 __all__ = ['MEASURES', 'CALIBRATION_GRID', 'FROZEN_PATH', 'THUMB_TOLERANCE', 'CALIBRATION_ROOT', 'paper_cell', 'Target',

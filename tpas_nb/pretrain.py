@@ -9,21 +9,16 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 
-from .config import RunConfig, DataConfig, OptimConfig, BackboneConfig, PROFILES, to_dict, load_config
-from .data.synth import ensure_pretrain_corpus, synth_spec, SYNTHPAB_VERSION
-from .data.pab import PABFolder, pab_tokenizer
+from .config import RunConfig, DataConfig, OptimConfig, BackboneConfig, PROFILES, to_dict, load_config, from_dict
+from .data.synth import ensure_pretrain_corpus, synth_spec, SYNTHPAB_VERSION, grammar_captions
+from .data.pab import PABFolder, pab_tokenizer, build_vocab
 from .models.encoders import PRETRAINED, weights_dir, to_xvlm_state_dict
 from .methods import from_flat
-from .train import train, vocab_list
-from .runs import build_run_method, load_weights, save_weights, atomic_write, resolve_data_root, file_digest, cache_root
-from .train import Callback
-from .config import from_dict
-from .data.pab import build_vocab
-from .data.synth import grammar_captions
+from .train import train, vocab_list, Callback, _init_checkpoint, wise_interpolate
+from .runs import Run, build_run_method, load_weights, save_weights, atomic_write, resolve_data_root, file_digest, cache_root
 from .eval.diagnostics import action_probe
-from .runs import Run
-from .train import _init_checkpoint, wise_interpolate
 from .eval.benchmark import evaluate_split
 
 # %% auto #0
@@ -202,8 +197,7 @@ def pretrain(out_dir='runs/pretrain',          # the run folder (resumed when it
 def zero_shot_metrics(weights, out_dir, cache_dir: str = '', progress: bool = False, version: int = 3) -> dict:
     "The checkpoint as it is (xvlm, epochs 0) on the default SynthPAB (of `version`)'s test and ucc, and its action probes on val."
     side = Path(weights).with_suffix('.vocab.txt')   # the checkpoint's own vocabulary, which SynthPAB folders use once it ships
-    from safetensors import safe_open                                                   # the checkpoint as it is: with its cross_pos if it has one
-    with safe_open(str(weights), 'pt') as f: pos = 'cross_pos' in f.keys()
+    with safe_open(str(weights), 'pt') as f: pos = 'cross_pos' in f.keys()           # the checkpoint as it is: with its cross_pos if it has one
     cfg = from_flat('cpu', method='xvlm', epochs=0, init_checkpoint=str(weights), out_dir=str(out_dir), cache_dir=cache_dir or None, synth_version=version, cross_pos=pos,
                     **({'vocab': str(side)} if side.exists() else {}))
     run = train(cfg, progress=progress)
