@@ -18,7 +18,7 @@ from .tables import paper_tables
 from .grid import GRIDS, GRID_ROUNDS, arm_slug, replica_split, TEST_REPLICAS
 from .data.weather import WEATHERS
 from .data import synth as S
-from .data.synth import make_synthpab, render_corpus_unit
+from .data.synth import make_synthpab, render_corpus_unit, FROZEN_PATH, frozen_versions
 from .data.pab import PABTestDataset
 from .models.encoders import resolve_checkpoint
 from .eval.benchmark import evaluate_run
@@ -26,11 +26,10 @@ from .eval.retrieval import embed_gallery, embed_queries, rank
 from .runs import Run, cache_root, file_digest
 
 # %% auto #0
-__all__ = ['MEASURES', 'CALIBRATION_GRID', 'FROZEN_PATH', 'THUMB_TOLERANCE', 'CALIBRATION_ROOT', 'paper_cell', 'Target',
-           'calibration_targets', 'calibration_runs', 'target_values', 'by_itc', 'calibration_table',
-           'calibration_markdown', 'missed_sentence', 'generator_fingerprint', 'generator_digest', 'frozen_versions',
-           'freeze', 'check_frozen', 'plot_weather', 'spec_changed', 'probe', 'probe_table', 'winner_overlap',
-           'error_overlap']
+__all__ = ['MEASURES', 'CALIBRATION_GRID', 'THUMB_TOLERANCE', 'CALIBRATION_ROOT', 'paper_cell', 'Target', 'calibration_targets',
+           'calibration_runs', 'target_values', 'by_itc', 'calibration_table', 'calibration_markdown',
+           'missed_sentence', 'generator_fingerprint', 'generator_digest', 'freeze', 'check_frozen', 'plot_weather',
+           'spec_changed', 'probe', 'probe_table', 'winner_overlap', 'error_overlap']
 
 # %% ../nbs/43_calibration.ipynb #41b3999e
 def paper_cell(paper: str, table: str, row: str | int, column: str, subset: str | None = None) -> float:
@@ -177,7 +176,6 @@ def missed_sentence(df: pd.DataFrame) -> str:
     return 'Outside their bands: ' + '; '.join(f"{r.target} {r.mean:.2f} (band {r.band})" for r in miss.itertuples()) + '.'
 
 # %% ../nbs/43_calibration.ipynb #8648f5db
-FROZEN_PATH = Path(tpas_nb.__file__).parent / 'synthpab_frozen.json'   # package data: version -> its digest, its start's sha256, its calibration table
 THUMB_TOLERANCE = 6   # a thumbnail's largest change (of 255) that a JPEG codec of another version may make
 
 def _thumb(path) -> list[int]:
@@ -201,10 +199,6 @@ def generator_digest(version: int) -> str:
     "sha256 of the generator's fingerprint: one string that changes when what `version` draws changes."
     return hashlib.sha256(json.dumps(generator_fingerprint(version), sort_keys=True).encode()).hexdigest()
 
-def frozen_versions() -> dict:
-    "The frozen SynthPAB versions: version (str) -> generator digest, start checkpoint and its sha256, calibration table."
-    return json.loads(FROZEN_PATH.read_text()) if FROZEN_PATH.exists() else {}
-
 def freeze(version: int, start: str, root=None) -> dict:
     "Record `version` as frozen: its generator digest, its start's sha256 and (root: its records) the calibration table; refuses to overwrite."
     have = frozen_versions()
@@ -212,9 +206,10 @@ def freeze(version: int, start: str, root=None) -> dict:
     fp = generator_fingerprint(version)
     rec = dict(generator_digest=hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest(), records_sha256=fp['records'],
                start=start, start_sha256=file_digest(resolve_checkpoint(start, 'tiny')), thumbnails=fp['images'])
-    if root is not None:
-        table = calibration_table(root)
-        rec.update(records=str(root), passed=int(table.ok.sum()), targets=len(table), table=table.drop(columns=['mean']).to_dict(orient='records'))
+    if root is not None:                               # the table as the papers rank, and by ITC alone
+        table, itc = calibration_table(root), calibration_table(root, ranking='itc')
+        rec.update(records=str(root), passed=int(table.ok.sum()), targets=len(table), table=table.drop(columns=['mean']).to_dict(orient='records'),
+                   passed_itc=int(itc.ok.sum()), targets_itc=len(itc), table_itc=itc.drop(columns=['mean']).to_dict(orient='records'))
     have[str(version)] = rec
     FROZEN_PATH.write_text(json.dumps(have, indent=1) + '\n')
     return have[str(version)]
@@ -281,7 +276,7 @@ def probe(run_dir,                  # a finished run of the version (its weights
                             progress=False, version=version, weather=weather)
     out = {}
     for s, m in evaluate_run(run_dir, list(splits), k_test=128, data_root=str(root)).items():
-        out[s] = dict({k: m['all'][k] for k in ('R1', 'R5', 'R10', 'mAP')}, itc=m['itc']['all']['R1'], normal=m['normal']['R1'],
+        out[s] = dict({k: m['all'][k] for k in ('R1', 'R5', 'R10', 'mAP')}, itc=m['itc']['all']['R1'], itc_R5=m['itc']['all']['R5'], itc_R10=m['itc']['all']['R10'], normal=m['normal']['R1'],
                       anomaly=m['anomaly']['R1'], identity=(m['identity'] or {}).get('R1'), hard=m['hard_pair_acc'])
     if record is not None:
         with open(record, 'a') as f:

@@ -22,7 +22,7 @@ from .methods.seda import ABLATION_ROWS
 from .methods.qcalign import QCT_ARMS
 from .methods.gradco import GRADCO_ARMS
 from .data.pab import PABFolder, PABTestDataset
-from .data.synth import make_test_variant
+from .data.synth import make_test_variant, frozen_versions
 from .data.weather import WEATHERS
 from .runs import RUN_FILES, Run, RunFolder
 from .eval.benchmark import evaluate_split
@@ -35,10 +35,10 @@ __all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'FINAL_SPLITS_OF', 'TEST
            'DIAGNOSE_GRIDS', 'GRID_GPUS', 'METRICS', 'DIAGNOSTICS', 'RERANK_COLUMNS', 'DRAW_METRICS', 'REPLICA_VARIANT',
            'RERANK_SPLITS', 'RERANK_OFF', 'RECORD_FILES', 'replica_split', 'merge', 'grid_round', 'grid_budget',
            'arm_slug', 'arm_from_slug', 'run_dir', 'grid_arms', 'grid_config', 'same_config', 'grid_status',
-           'find_same_run', 'finished_runs', 'diagnose_grid', 'grid_train_fn', 'run_grid', 'GridJob', 'submit_grid',
-           'flatten_metrics', 'collect', 'summarise', 'paired_delta', 'grid_hours', 'run_hits', 'seed_variance',
-           'test_replica', 'split_folder', 'evaluate_replicas', 'replicas_grid', 'rerank_study', 'fused_r1',
-           'rerank_grid', 'check_records', 'parse_sets', 'grid_cli']
+           'require_frozen', 'find_same_run', 'finished_runs', 'diagnose_grid', 'grid_train_fn', 'run_grid', 'GridJob',
+           'submit_grid', 'flatten_metrics', 'collect', 'summarise', 'paired_delta', 'grid_hours', 'run_hits',
+           'seed_variance', 'test_replica', 'split_folder', 'evaluate_replicas', 'replicas_grid', 'rerank_study',
+           'fused_r1', 'rerank_grid', 'check_records', 'parse_sets', 'grid_cli']
 
 # %% ../nbs/41_grid.ipynb #0ef3bcd0
 GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper prints it) -> (method, switches[, RunConfig overrides])
@@ -166,6 +166,15 @@ def grid_status(root, grid: str, seeds=None, arms=None) -> pd.DataFrame:
             rows.append(dict(arm=arm, seed=seed, state=state, steps=steps, wall_s=wall, error=err, run_dir=str(f.path)))
     return pd.DataFrame(rows)
 
+# %% ../nbs/41_grid.ipynb #0a9f1e59
+def require_frozen(grid: str, configs) -> None:
+    "Refuse a method's runs on the cached SynthPAB of a version that is not frozen (43_calibration): until its controls are calibrated and frozen, a method's rows are no blind test. The calibration grid is exempt; a PAB folder (data.root) is never checked."
+    if grid == 'calibration': return
+    have = frozen_versions()
+    bad = sorted({c.data.synth_version for c in configs if not c.data.root and str(c.data.synth_version) not in have})
+    if bad: raise ValueError(f"grid {grid!r} would train on SynthPAB version(s) {bad}, which are not frozen (frozen: {sorted(have)}); "
+                             "calibrate and freeze the version first (43_calibration, `freeze`), or train on a PAB folder (data.root)")
+
 # %% ../nbs/41_grid.ipynb #6378953f
 def find_same_run(root, config: RunConfig) -> Path | None:
     "A finished run under `root` (not config.out_dir) whose configuration equals `config` apart from out_dir."
@@ -252,6 +261,7 @@ def run_grid(grid: str,                          # a key of GRIDS
     "Train every missing (arm, seed) of `grid`, seed-major, resuming partial runs and going on past failures."
     arm_list = grid_arms(grid, arms)
     plan = [(seed, arm, grid_config(grid, arm, seed, root, overrides, round_)) for seed in seeds for arm in arm_list]  # validates first
+    if not dry_run: require_frozen(grid, [c for _, _, c in plan])
     if replicas is None: replicas = TEST_REPLICAS if train_fn is None else 0
     if train_fn is None: train_fn = grid_train_fn(grid)
     rows, changed = [], []
@@ -308,6 +318,7 @@ def submit_grid(grid: str,
     round_ = grid_round(root, round_)
     gpus = GRID_GPUS.get(GRID_ROUNDS[round_][0], 0) if gpus is None else gpus
     plan = [(seed, arm, grid_config(grid, arm, seed, root, overrides, round_)) for seed in seeds for arm in grid_arms(grid, arms)]
+    require_frozen(grid, [c for _, _, c in plan])
     ex = submitit.AutoExecutor(folder=Path(root) / '_submitit' / '%j', cluster=executor)
     ex.update_parameters(name=f'tpas_{grid}', timeout_min=timeout_min, tasks_per_node=max(gpus, 1), cpus_per_task=cpus_per_task,
                          **({'gpus_per_node': gpus} if gpus else {}), **({'slurm_partition': partition} if partition else {}), **(slurm_args or {}))

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageEnhance, ImageOps
 
+import tpas_nb
 from ..config import progress as show_progress
 from .pose import KP, render_pose_map, check_pose
 from .weather import WEATHERS, SEVERITY, Severity, apply_weather
@@ -20,12 +21,12 @@ from .weather import WEATHERS, SEVERITY, Severity, apply_weather
 # %% auto #0
 __all__ = ['COLOURS', 'HAIR_COLOURS', 'SKIN', 'TOPS', 'BOTTOMS', 'HAIR', 'ACCESSORIES', 'BUILDS', 'GENDERS', 'PATTERNS',
            'VAGUE_COLOURS', 'NORMAL_ACTIONS', 'ANOMALIES', 'SCENES', 'UCC_SCENES', 'PRETRAIN_SCENES', 'LIMB_LEN',
-           'POSES', 'STYLES', 'CAMERAS', 'OCCLUDERS', 'GRAMMARS', 'CAMERAS_V4', 'SPECS', 'SYNTHPAB_VERSION', 'SPLITS',
-           'SPLIT_FILES', 'TRAIN_CHUNK', 'OOD_VARIANTS', 'CORPUS_MIX', 'Person', 'sample_person', 'pose_keypoints',
-           'blend_pose', 'draw_scene', 'Camera', 'Shot', 'render_person', 'appearance_phrase', 'make_caption',
-           'grammar_captions', 'SynthSpec', 'spec_digest', 'synth_spec', 'render_pair', 'make_synthpab',
-           'ensure_synthpab', 'make_test_variant', 'sample_camera', 'render_corpus_unit', 'make_pretrain_corpus',
-           'ensure_pretrain_corpus', 'show_pairs', 'synthpab_cli']
+           'POSES', 'STYLES', 'CAMERAS', 'OCCLUDERS', 'GRAMMARS', 'CAMERAS_V4', 'SPECS', 'SYNTHPAB_VERSION',
+           'FROZEN_PATH', 'SPLITS', 'SPLIT_FILES', 'TRAIN_CHUNK', 'OOD_VARIANTS', 'CORPUS_MIX', 'Person',
+           'sample_person', 'pose_keypoints', 'blend_pose', 'draw_scene', 'Camera', 'Shot', 'render_person',
+           'appearance_phrase', 'make_caption', 'grammar_captions', 'SynthSpec', 'spec_digest', 'synth_spec',
+           'frozen_versions', 'render_pair', 'make_synthpab', 'ensure_synthpab', 'make_test_variant', 'sample_camera',
+           'render_corpus_unit', 'make_pretrain_corpus', 'ensure_pretrain_corpus', 'show_pairs', 'synthpab_cli']
 
 # %% ../../nbs/01_synthpab.ipynb #44e17d37
 COLOURS = {  # name: RGB
@@ -754,7 +755,7 @@ class SynthSpec:
     jitter: float = 8.0                 # pose jitter, degrees
     fore: tuple = (0.0, 1.0)            # (probability, least factor): a view at an angle foreshortens the figure by U(least, 1)
     occlusion: tuple = (0.0, 0.0)       # (probability, tallest): an object in front of the legs, U(0.15, tallest) of the figure's height
-    captioner: dict = field(default_factory=dict)   # split -> (wrong, vague) colour rates of its captioner (make_caption)
+    captioner: dict = field(default_factory=dict)   # split -> (wrong, vague[, blind]): its captioner's colour misreadings (make_caption) and share of captions of someone else (render_pair)
     weather: Severity = Severity()      # how hard the multi-weather copies hit (03_weather)
     corpus: dict = field(default_factory=dict)      # the pretraining corpus: anomaly_rate, same_person, lookalike, no_action, heights
 
@@ -769,7 +770,7 @@ class SynthSpec:
 CAMERAS_V4 = {
     'train': Camera(height=(0.78, 0.9)),                                  # the person fills most of the frame, as in a pedestrian crop
     'test': Camera(height=(0.76, 0.88), style='real', blur=0.4, noise=4.0, saturation=0.85, tint=(1.04, 1.0, 0.95), jpeg_quality=80),
-    'ucc': Camera(height=(0.46, 0.58), shift=0.22, squash=0.85, style='real', blur=0.5, noise=7.0, saturation=0.6,
+    'ucc': Camera(height=(0.72, 0.86), shift=0.1, style='real', blur=0.4, noise=4.0, saturation=0.85,   # CCTV frames, their scenes and captioner
                   tint=(0.95, 1.05, 0.95), jpeg_quality=75, cctv=True),
     'heldout': Camera(height=(0.72, 0.86), squash=0.85, style='sketch', noise=2.0, jpeg_quality=85,   # another style, body, viewpoint and layout
                       proportions=(1.15, 0.9, 1.25), mirror=True, ground=-0.06),
@@ -779,7 +780,7 @@ CAMERAS_V4['val'] = CAMERAS_V4['train']
 SPECS: dict[int, SynthSpec] = {
     3: SynthSpec(cameras=CAMERAS, corpus=dict(anomaly_rate=0.2, same_person=0.03, lookalike=0.07, no_action=0.0, heights=(0.56, 0.7))),   # rates: the share of anomalies, of units that are one person doing two actions (PAB's counterpart) and of look-alike pairs whose captions differ only in the action
     4: SynthSpec(cameras=CAMERAS_V4, person=4, onset=(0.7, 1.0), normal_onset=(0.85, 1.0), jitter=10.0, fore=(0.2, 0.6),
-                 occlusion=(0.1, 0.3), captioner={'ucc': (0.1, 0.0)}, weather=SEVERITY[4],
+                 occlusion=(0.05, 0.25), captioner={'ucc': (0.0, 0.0, 0.25)}, weather=SEVERITY[4],
                  corpus=dict(anomaly_rate=0.08, same_person=0.01, lookalike=0.03, no_action=0.4, heights=(0.6, 0.8),
                              shots=dict(onset=(0.25, 1.0), normal_onset=(0.6, 1.0), jitter=12.0, fore=(0.4, 0.45), occlusion=(0.2, 0.45)))),
 }
@@ -796,6 +797,13 @@ def synth_spec(version: int, corpus: bool = False) -> SynthSpec:
     if version not in SPECS: raise ValueError(f"unknown SynthPAB version {version!r}; versions that can be generated: {sorted(SPECS)}")
     spec = SPECS[version]
     return replace(spec, **spec.corpus['shots']) if corpus and 'shots' in spec.corpus else spec
+
+# %% ../../nbs/01_synthpab.ipynb #03c209e2
+FROZEN_PATH = Path(tpas_nb.__file__).parent / 'synthpab_frozen.json'   # package data: version -> its digest, its start's sha256, its calibration table
+
+def frozen_versions() -> dict:
+    "The frozen SynthPAB versions (43_calibration freezes them): version (str) -> generator digest, start checkpoint and its sha256, calibration table."
+    return json.loads(FROZEN_PATH.read_text()) if FROZEN_PATH.exists() else {}
 
 # %% ../../nbs/01_synthpab.ipynb #fab660b2
 SPLITS = ('train', 'val', 'test', 'ucc', 'heldout')
@@ -836,7 +844,9 @@ def render_pair(root, split: str, i: int, seed: int = 0, image_size: int = 96, w
     for kind, action in actions.items():
         shot = spec.shot(rng, *(('standing', spec.normal_onset) if kind == 'normal' else (actions['normal'], spec.onset)))
         im, kps = render_person(person, action, scene, scene_seed, rng, image_size, cam, shot)
-        text, sub = make_caption(person, action, scene, rng, grammar, captioner=spec.captioner.get(split, (0.0, 0.0)))
+        wrong, vague, *blind = spec.captioner.get(split, (0.0, 0.0))   # (wrong, vague[, blind]): a captioner's colour misreadings, and its share of captions of someone else
+        seen = sample_person(rng, spec.person) if blind and rng.random() < blind[0] else person
+        text, sub = make_caption(seen, action, scene, rng, grammar, captioner=(wrong, vague))
         if split == 'train':
             rel = f'train/imgs_{i // TRAIN_CHUNK}/{kind}/{i}.jpg'
             rec = dict(image=rel, caption=text, image_id=f'{i}_{kind[0]}')

@@ -242,7 +242,8 @@ class Severity:
     veil: float = 0.0               # rain and snow also blend their colour over the whole frame at this opacity
     dark: tuple = (DARK_GAIN, DARK_OFFSET)            # night: I' = gain·I + offset
     light: tuple = (LIGHT_GAIN, LIGHT_MAX_OFFSET)     # over-exposure: I' = gain·I + U[0, max offset]
-    lit: bool | tuple = False       # dark_rain, dark_snow: the night first, then the rain or snow drawn bright over it (True: both; or the names, ('rain',))
+    lit: bool | tuple | dict = False  # dark_rain, dark_snow: the night first, then the rain or snow drawn bright over it (True: both; the names, ('rain',);
+                                      # or name -> × the lit streaks' or flakes' opacity, {'rain': 0.85}: not every one catches a lamp)
     mixed: float = 1.0              # rain + snow: × the drops and flakes of each, where the two fall together
 
     def __repr__(self) -> str:      # a field added since a version was frozen shows only when set, so that version's spec_digest stands
@@ -267,9 +268,12 @@ class Severity:
         parts = ['rain', 'snow'] if name == 'rain_snow' else [p for p in name.split('_') if p != 'normal']
         if not parts: return ()
         if name == 'rain_snow' and self.mixed != 1.0: return (self._rain_mixed, self._snow_mixed)
-        lit = self.lit is True or (isinstance(self.lit, tuple) and parts[-1] in self.lit)
-        if lit and parts[0] == 'dark' and parts[-1] in ('rain', 'snow'): return tuple(fx[p] for p in parts)
+        lit = self.lit if isinstance(self.lit, dict) else {p: 1.0 for p in ('rain', 'snow') if self.lit is True or (isinstance(self.lit, tuple) and p in self.lit)}
+        if parts[0] == 'dark' and parts[-1] in lit:
+            g = lit[parts[-1]]
+            dim = replace(self, rain=(self.rain[0], self.rain[1] * g), snow=(self.snow[0], self.snow[1] * g, *self.snow[2:]))
+            return (self._dark, getattr(dim, f'_{parts[-1]}'))
         return tuple(fx[p] for p in (parts[1:] + parts[:1] if parts[0] == 'dark' else parts))   # as WEATHER_STEPS: the night last
 
 SEVERITY = {3: Severity(),   # SynthPAB version -> the severity of its multi-weather copies
-            4: Severity(wind=1.6, rain=(6.0, 1.5), snow=(6.0, 1.5, 1.6), veil=0.15, dark=(0.5, -10.0), light=(1.6, 30.0), lit=('rain',), mixed=0.45)}
+            4: Severity(wind=1.6, rain=(6.0, 1.5), snow=(6.0, 1.5, 1.6), veil=0.15, dark=(0.5, -10.0), light=(1.6, 30.0), lit={'rain': 0.85, 'snow': 0.5}, mixed=0.45)}
