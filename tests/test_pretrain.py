@@ -78,13 +78,18 @@ def test_the_command_regenerates_the_first_epoch(tmp_path):
 
 
 def test_version4_files_match_their_provenance():
-    "Version 4's start (`pretrained-v4`): two stages, the second from the first's export on corpus 4b; its CPU hours are wall time × threads."
+    """Version 4's start (`pretrained-v4`): three stages, each from the previous one's export, the second and third on corpus 4b, the
+    third training the cross encoder alone (ITC's encoders as the second left them); its CPU hours are wall time × threads."""
     v4 = weights_dir() / SHIPPED['pretrained-v4']['tiny']
     prov = json.loads(v4.with_suffix('.json').read_text())
     assert _sha256(v4) == prov['sha256'] and _sha256(v4.with_suffix('.vocab.txt')) == prov['vocab_sha256']
     assert v4.stat().st_size < 8 * 2**20 and resolve_checkpoint('pretrained-v4', 'tiny') == v4 and prov['version'] == 4
-    s1, s2 = prov['stages']
-    assert s1['config']['init_checkpoint'] == '' and s2['config']['init_checkpoint'] == f"{s1['out_dir']}/export/xvlm_tiny_synthpab.safetensors"
-    assert '--corpus 4b' in s2['command'] and s2['sha256'] == prov['sha256'] and prov['command'] == s2['command']
+    s1, s2, s3 = prov['stages']
+    assert s1['config']['init_checkpoint'] == ''
+    for prev, s in ((s1, s2), (s2, s3)):
+        assert s['config']['init_checkpoint'] == f"{prev['out_dir']}/export/xvlm_tiny_synthpab.safetensors", s['config']['init_checkpoint']
+    assert '--corpus 4b' in s2['command'] and '--corpus 4b --only-cross' in s3['command_cli'] and s3['config']['optim']['lr_mult_base'] == 0.0
+    assert s3['sha256'] == prov['sha256'] and prov['command'] == s3['command']
+    assert prov['samples_seen_all_stages'] == sum(s['samples_seen'] for s in prov['stages'])
     assert abs(prov['cpu_hours'] - sum(s['train']['wall_s'] * s['threads'] for s in prov['stages']) / 3600) < 0.01
     assert prov['zero_shot']['test']['R1'] > 0 and 'epoch 7' in s1['stopped'] and 'stopped' not in s2   # stage 1 says where and why it stopped

@@ -31,14 +31,15 @@ from .eval.retrieval import FUSION_WEIGHTS, embed_gallery, embed_queries, fusion
 from .train import train
 
 # %% auto #0
-__all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'FINAL_SPLITS_OF', 'TEST_REPLICAS', 'GRID_PROFILE', 'GRID_FIELDS',
-           'DIAGNOSE_GRIDS', 'GRID_GPUS', 'METRICS', 'DIAGNOSTICS', 'RERANK_COLUMNS', 'DRAW_METRICS', 'REPLICA_VARIANT',
-           'RERANK_SPLITS', 'RERANK_OFF', 'RECORD_FILES', 'replica_split', 'merge', 'grid_round', 'grid_budget',
-           'arm_slug', 'arm_from_slug', 'run_dir', 'grid_arms', 'grid_config', 'same_config', 'grid_status',
-           'require_frozen', 'find_same_run', 'finished_runs', 'diagnose_grid', 'grid_train_fn', 'run_grid', 'GridJob',
-           'submit_grid', 'flatten_metrics', 'collect', 'summarise', 'paired_delta', 'grid_hours', 'run_hits',
-           'seed_variance', 'test_replica', 'split_folder', 'evaluate_replicas', 'replicas_grid', 'rerank_study',
-           'fused_r1', 'rerank_grid', 'check_records', 'parse_sets', 'grid_cli']
+__all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'ALL_WEATHER_SPLITS', 'FINAL_SPLITS_OF', 'TEST_REPLICAS', 'GRID_PROFILE',
+           'GRID_FIELDS', 'DIAGNOSE_GRIDS', 'GRID_GPUS', 'METRICS', 'DIAGNOSTICS', 'RERANK_COLUMNS', 'DRAW_METRICS',
+           'WEATHER_CONDITIONS', 'REPLICA_VARIANT', 'RERANK_SPLITS', 'RERANK_OFF', 'RECORD_FILES', 'replica_split',
+           'merge', 'grid_round', 'grid_budget', 'arm_slug', 'arm_from_slug', 'run_dir', 'grid_arms', 'grid_config',
+           'same_config', 'grid_status', 'require_frozen', 'find_same_run', 'finished_runs', 'diagnose_grid',
+           'grid_train_fn', 'run_grid', 'GridJob', 'submit_grid', 'flatten_metrics', 'collect', 'summarise',
+           'paired_delta', 'grid_hours', 'run_hits', 'seed_variance', 'test_replica', 'split_folder',
+           'evaluate_replicas', 'replicas_grid', 'rerank_study', 'fused_r1', 'rerank_grid', 'check_records',
+           'parse_sets', 'grid_cli']
 
 # %% ../nbs/41_grid.ipynb #0ef3bcd0
 GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper prints it) -> (method, switches[, RunConfig overrides])
@@ -66,11 +67,14 @@ GRID_ROUNDS: dict[str, tuple[str, dict, dict]] = {   # records root's folder nam
     'grid_v2': ('cpu-v2', {'k_test': 32}, {}),  # the first round (2026-11-30 to 12-02): the version-2 start, re-ranking the top 32
     'grid_seda_lr5': ('cpu', {},                # a controlled measurement of the current round: SeDA's new layers under GradCO's setting
                       {'seda': {'wise_alpha': 1.0, 'optim': {'lr_mult_new': 5.0}}}),    # (95_tables, SeDA: what its seed spread is made of)
-    'grid_calib_v4': ('cpu-v4', {}, {}),        # SynthPAB version 4's calibration on the X-VLM rows (43_calibration)
+    'grid_calib_v4': ('cpu-v4', {},             # SynthPAB version 4: its calibration on the X-VLM rows (43_calibration), then, frozen, the blind test of every grid
+                      {'gradco': {'wise_alpha': 1.0, 'optim': {'lr_mult_new': 5.0}}}),   # GradCO's setting, as in the current round
     'grid_paper': ('paper', {}, {}),            # the papers' recipe on real PAB, on GPUs (a cluster: --submit slurm); data.root, data.vocab, init_checkpoint by --set
 }
 GRID_FINAL_SPLITS = ('test', 'ucc', 'heldout', 'weather:dark')   # every grid run is evaluated on these at its end (issue 30: robustness per row)
-FINAL_SPLITS_OF = {'calibration': ('test', 'ucc', 'heldout', *(f'weather:{w}' for w in WEATHERS[1:]))}   # grids evaluated on more: every condition of Table 2
+ALL_WEATHER_SPLITS = ('test', 'ucc', 'heldout', *(f'weather:{w}' for w in WEATHERS[1:]))   # and every condition of CMP Table 2
+FINAL_SPLITS_OF = {'calibration': ALL_WEATHER_SPLITS,   # grids evaluated on more: the controls' weather targets (43_calibration)
+                   'cmp': ALL_WEATHER_SPLITS}           # and CMP's Table 2 claim, CMP against the baseline in every condition
 TEST_REPLICAS = 3   # ... and on this many fresh draws of SynthPAB's test split ('test@1'...): R@1 over 4 × 2,000 queries ('Four draws of the test split')
 
 def replica_split(k: int) -> str:
@@ -344,6 +348,7 @@ METRICS: dict[str, tuple] = {   # collect() column -> path in metrics.json
     'test_hard_pair_acc': ('splits', 'test', 'hard_pair_acc'),
     'test_itc_R1': ('splits', 'test', 'itc', 'all', 'R1'),             # ITC ranking alone, before ITM re-ranking
     'test_itc_mAP': ('splits', 'test', 'itc', 'all', 'mAP'),
+    **{f'test_{s}_itc_R1': ('splits', 'test', 'itc', s, 'R1') for s in ('normal', 'anomaly')},   # GradCO Table 6's split, by ITC alone
     **{f'ucc_{k}': ('splits', 'ucc', 'all', k) for k in ('R1', 'R5', 'R10', 'mAP')},
     **{f'{n}_{k}': ('splits', s, 'all', k) for n, s in (('heldout', 'heldout'), ('dark', 'weather:dark')) for k in ('R1', 'mAP')},
     **{f'{n}_itc_R1': ('splits', s, 'itc', 'all', 'R1') for n, s in (('ucc', 'ucc'), ('heldout', 'heldout'), ('dark', 'weather:dark'))},
@@ -384,13 +389,18 @@ def _get(d: dict, path: tuple):
 DRAW_METRICS = {'R1': ('all', 'R1'), 'R5': ('all', 'R5'), 'R10': ('all', 'R10'), 'mAP': ('all', 'mAP'), 'itc_R1': ('itc', 'all', 'R1'),
                 'hard_pair_acc': ('hard_pair_acc',)}   # test4_<name>: the mean over the test split and its TEST_REPLICAS draws
 
+WEATHER_CONDITIONS = ('test', *(f'weather:{w}' for w in WEATHERS[1:]))   # CMP Table 2's ten conditions: Normal (the test split) and nine weathers
+
 def flatten_metrics(m: dict) -> dict:
-    "The METRICS of one metrics.json, the means over the four draws of the test split (test4_*; NaN until every draw is there), R-Avg on test, test4 and ucc, parameters in millions and seconds per step."
+    "The METRICS of one metrics.json, the means over the four draws of the test split (test4_*; NaN until every draw is there), over CMP Table 2's ten conditions (weather10_*; NaN unless the run was evaluated on all), R-Avg on test, test4 and ucc, parameters in millions and seconds per step."
     r = {k: _get(m, p) for k, p in METRICS.items()}
     draws = [(m.get('splits') or {}).get(replica_split(k)) for k in range(TEST_REPLICAS + 1)]
     for name, path in DRAW_METRICS.items():
         r[f'test4_{name}'] = float(np.mean([_get(d, path) for d in draws])) if all(draws) else np.nan
     for s in ('test', 'test4', 'ucc'): r[f'{s}_Ravg'] = float(np.mean([r[f'{s}_R1'], r[f'{s}_R5'], r[f'{s}_R10']]))
+    conds = [(m.get('splits') or {}).get(s) for s in WEATHER_CONDITIONS]      # CMP Table 2's ten conditions, Normal first
+    for name, path in (('R1', ('all', 'R1')), ('itc_R1', ('itc', 'all', 'R1'))):
+        r[f'weather10_{name}'] = float(np.mean([_get(d, path) for d in conds])) if all(conds) else np.nan
     r['params_M'] = r['trainable_params'] / 1e6
     r['train_s_per_step'] = r['train_wall_s'] / r['steps'] if r['steps'] else np.nan
     return r
@@ -418,7 +428,8 @@ def collect(root='runs/grid', grids=None) -> pd.DataFrame:
         rows.append(dict(grid=grid, arm=arm, seed=seed,
                          method=m['method'], method_args=m.get('method_args', {}), data='SynthPAB' if m.get('synthetic') else 'PAB',
                          **flatten_metrics(m), **_diag_columns(f), **_rerank_columns(f), run_dir=str(f), reused_from=info.get('reused_from', '')))
-    cols = ['grid', 'arm', 'seed', 'method', 'method_args', 'data', *METRICS, *[f'test4_{k}' for k in DRAW_METRICS], 'test_Ravg', 'test4_Ravg', 'ucc_Ravg', 'params_M', 'train_s_per_step',
+    cols = ['grid', 'arm', 'seed', 'method', 'method_args', 'data', *METRICS, *[f'test4_{k}' for k in DRAW_METRICS], 'weather10_R1', 'weather10_itc_R1',
+            'test_Ravg', 'test4_Ravg', 'ucc_Ravg', 'params_M', 'train_s_per_step',
             *DIAGNOSTICS, *RERANK_COLUMNS, 'run_dir', 'reused_from']
     return _order(pd.DataFrame(rows, columns=cols)) if rows else pd.DataFrame(columns=cols)
 

@@ -226,17 +226,21 @@ def pretrain_cli(argv=None):
     stage.add_argument('--lr', type=float, default=0.0, help=f"peak lr of this stage, decaying to a tenth (default: the recipe's {PRETRAIN_RECIPE['optim']['lr']:g})")
     stage.add_argument('--dropout', type=float, default=-1.0, help="dropout, attention dropout and drop-path of the backbone (default: the preset's, 0.1)")
     stage.add_argument('--only-cross', action='store_true', help='train the cross encoder (cross layers, ITM head) alone; the image and text encoders and ITC stay as loaded')
+    stage.add_argument('--batch-size', type=int, default=0, help=f"global batch of this stage (default: the recipe's {PRETRAIN_RECIPE['batch_size']}); ITM's negatives are drawn within it")
+    stage.add_argument('--warmup-steps', type=int, default=-1, help=f"linear warm-up steps of this stage (default: the recipe's {PRETRAIN_RECIPE['optim']['warmup_steps']})")
     a = ap.parse_args(argv)
     if a.threads: torch.set_num_threads(a.threads)
     run = pretrain(a.out_dir, a.cache_dir, a.dest, progress=not a.no_progress, stop_after=a.stop_after, corpus=named_corpus(a.corpus or str(a.synthpab_version)),
                    command=' '.join(['tpas_pretrain'] + [shlex.quote(x) for x in (sys.argv[1:] if argv is None else argv)]),
-                   **stage_overrides(a.init_checkpoint, a.epochs, a.lr, a.dropout, a.only_cross))
+                   **stage_overrides(a.init_checkpoint, a.epochs, a.lr, a.dropout, a.only_cross, a.batch_size, a.warmup_steps))
     print(run)
 
 def stage_overrides(init_checkpoint: str = '', epochs: int = 0, lr: float = 0.0, dropout: float = -1.0,
                     only_cross: bool = False,   # the cross encoder alone (optim.lr_mult_base 0): ITC's encoders stay as loaded
+                    batch_size: int = 0,        # the global batch (0: the recipe's)
+                    warmup_steps: int = -1,     # linear warm-up steps (-1: the recipe's)
                    ) -> dict:
-    "RunConfig fields of a further pretraining stage: its start, its length, its peak lr (lr_min a tenth of it), dropout, what trains; empty: the recipe."
+    "RunConfig fields of a further pretraining stage: its start, its length, its peak lr (lr_min a tenth of it), dropout, what trains, its batch and warm-up; empty: the recipe."
     out = {}
     if init_checkpoint:
         if not Path(init_checkpoint).is_file(): raise FileNotFoundError(f"--init-checkpoint {init_checkpoint}: no such file")
@@ -245,6 +249,8 @@ def stage_overrides(init_checkpoint: str = '', epochs: int = 0, lr: float = 0.0,
     if lr: out['optim'] = dict(lr=lr, lr_min=lr / 10)
     if dropout >= 0: out['dropout'] = dropout
     if only_cross: out['optim'] = {**out.get('optim', {}), 'lr_mult_base': 0.0}
+    if batch_size: out['batch_size'] = batch_size
+    if warmup_steps >= 0: out['optim'] = {**out.get('optim', {}), 'warmup_steps': warmup_steps}
     return out
 
 

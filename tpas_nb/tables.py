@@ -16,11 +16,12 @@ from .grid import GRIDS, METRICS, collect, summarise, paired_delta, run_hits, se
 
 # %% auto #0
 __all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'ROBUSTNESS',
-           'ROBUSTNESS_ITC', 'ROBUSTNESS_FUSED', 'FUSED', 'ALPHA', 'paper_tables', 'table', 'metric_label',
-           'resolve_runs_root', 'four_draws', 'beside', 'show_tables', 'collect_rounds', 'paired', 'published_value',
-           'verdict', 'rerank_fails', 'verdicts', 'p_text', 'effect_words', 'effect_label', 'effects', 'effect_table',
-           'effect_sentence', 'claim_sentence', 'published_arm', 'order_sentence', 'rerank_summary', 'plot_rerank',
-           'seed_spread', 'markdown_table']
+           'ROBUSTNESS_ITC', 'ROBUSTNESS_FUSED', 'FUSED', 'ALPHA', 'PREDICTIONS', 'AGREEMENT', 'paper_tables', 'table',
+           'metric_label', 'resolve_runs_root', 'four_draws', 'beside', 'show_tables', 'collect_rounds', 'paired',
+           'published_value', 'verdict', 'rerank_fails', 'verdicts', 'p_text', 'effect_words', 'effect_label',
+           'effects', 'effect_table', 'effect_sentence', 'claim_sentence', 'published_arm', 'order_sentence',
+           'agreement', 'prediction_table', 'agreement_counts', 'prediction_markdown', 'prediction_sentences',
+           'rerank_summary', 'plot_rerank', 'seed_spread', 'markdown_table']
 
 # %% ../nbs/95_tables.ipynb #813401c8
 CSV_PATH = Path(tpas_nb.__file__).parent / 'paper_tables.csv'   # package data (MANIFEST.in)
@@ -236,9 +237,10 @@ CLAIMS: list[dict] = [   # the comparisons each paper's verdict rests on; cells:
 ]
 
 def published_value(paper: str, cell: tuple) -> float:
-    "The published number of (table, column, row) of `paper`, the row by its label (when unique) or its row_no; a tuple of columns: their mean."
-    name, cols, row = cell
+    "The published number of (table, column, row[, subset]) of `paper`, the row by its label (when unique) or its row_no; a tuple of columns: their mean; subset: the condition or split of a table that has them (CMP Table 2's weathers, GradCO Table 6's Normal / Anomaly)."
+    name, cols, row, *subset = cell
     t = paper_tables().query('paper == @paper and table == @name')
+    if subset: t = t[t.subset == subset[0]]
     t = t[t.row_no == row] if isinstance(row, int) else t[t.row == row]
     if t.row_no.nunique() != 1: raise ValueError(f"{paper} {name}: {t.row_no.nunique()} rows labelled {row!r}; give its row_no")
     vals = []
@@ -325,7 +327,7 @@ def effect_label(metric: str) -> str:
     split, _, rest = metric.partition('_')
     rank = next((r for r in ('itc', 'fused') if rest.startswith(r + '_')), '')
     rest = rest.removeprefix(rank + '_') if rank else rest
-    style = {'ucc': 'ucc', 'heldout': 'held-out', 'dark': 'night'}.get(split)
+    style = {'ucc': 'ucc', 'heldout': 'held-out', 'dark': 'night', 'weather10': 'ten-condition mean'}.get(split)
     if split not in ('test', 'test4') and style is None: return metric_label(metric)
     name = metric_label(('test4_' if split == 'test4' else 'test_') + rest)
     return ' '.join(w for w in (style, rank.upper() if rank == 'itc' else rank, name) if w)
@@ -415,6 +417,92 @@ def order_sentence(runs: pd.DataFrame,        # collect() rows of one grid
     same = list(got.index) == list(pub.index)
     return (f"By mean {effect_label(read)}: {' < '.join(got.index)}; {paper} {name}: {' < '.join(pub.index)}: "
             + ('the same order.' if same else 'another order.'))
+
+# %% ../nbs/95_tables.ipynb #4ed953a2
+PREDICTIONS: list[dict] = [   # the prediction table's rows: CLAIMS, then the robustness claims; metric_itc: the same by ITC alone (None: no ITC reading)
+    *[dict(c, metric_itc='test_itc_R1' if c['metric'] == 'test_R1' else None) for c in CLAIMS],
+    dict(paper='CMP', claim='weather: mean of ten conditions', grid='cmp', arm='CMP', base='X-VLM (baseline)', metric='weather10_R1',
+         metric_itc='weather10_itc_R1', arm_cell=('Table 2', 'R@1', 'CMP (Ours)', 'Mean ↑'), base_cell=('Table 2', 'R@1', 'Baseline', 'Mean ↑')),
+    dict(paper='CMP', claim='UCC', grid='cmp', arm='CMP', base='X-VLM (baseline)', metric='ucc_R1', metric_itc='ucc_itc_R1',
+         arm_cell=('Table 4', 'R@1', 'CMP'), base_cell=('Table 4', 'R@1', 'X-VLM [65]')),
+    dict(paper='GradCO', claim='UCC', grid='gradco', arm='full', base='CMP', metric='ucc_Ravg', metric_itc=None,
+         arm_cell=('Table 5', 'UCC(OOD)-Avg', 'GradCO (Ours)'), base_cell=('Table 5', 'UCC(OOD)-Avg', 'CMP')),
+    *[dict(paper='GradCO', claim=s, grid='gradco', arm='full', base='CMP', metric=f'test_{s.lower()}_R1', metric_itc=f'test_{s.lower()}_itc_R1',
+           arm_cell=('Table 6', 'R@1', 'GradCO (Ours)', f'PAB-{s}'), base_cell=('Table 6', 'R@1', 'CMP', f'PAB-{s}')) for s in ('Normal', 'Anomaly')],
+]
+AGREEMENT = ('same sign, separable', 'opposite sign, separable', "paper's Δ inside the interval", 'not separable')
+
+def agreement(lo: float, hi: float, published: float, n: int, n_required: int = 3) -> str:
+    "One word of AGREEMENT for a 95 % interval [lo, hi] of the stand-in's delta against the paper's delta; pending below n_required seeds."
+    if n < n_required or not np.isfinite(lo): return f'pending ({n}/{n_required} seeds)'
+    if lo > 0 or hi < 0: return AGREEMENT[0] if np.sign(lo) == np.sign(published) else AGREEMENT[1]
+    return AGREEMENT[2] if lo <= published <= hi else AGREEMENT[3]
+
+def _paired_interval(d: pd.DataFrame, base: str, arm: str, metric: str | None) -> dict:
+    "n, mean, 95 % interval (Student's t) and paired p of arm − base on `metric`; n 0 where the pair has no runs with it."
+    none = dict(n=0, delta=np.nan, lo=np.nan, hi=np.nan, p=np.nan)
+    if metric is None or metric not in d or not {arm, base} <= set(d.arm): return none
+    r = paired_delta(d, base, metric).reindex([arm]).iloc[0]
+    if pd.isna(r.n) or not r.n: return none
+    n = int(r.n)
+    half = scipy.stats.t.ppf(0.975, n - 1) * r.std_delta / np.sqrt(n) if n > 1 else np.nan
+    return dict(n=n, delta=float(r.mean_delta), lo=float(r.mean_delta - half), hi=float(r.mean_delta + half), p=float(r.p))
+
+def prediction_table(measured: pd.DataFrame,     # collect() rows of one kind of data (the frozen version's round)
+                     predictions=PREDICTIONS, n_required: int = 3,
+                     test: str = 'test4',        # test_* metrics read over the four draws of the test split where the runs have them
+                    ) -> pd.DataFrame:           # one row per prediction
+    "Each paper's delta beside the stand-in's, paired by seed, with its 95 % interval, paired p and `agreement`, re-ranked and by ITC alone."
+    if measured.data.nunique() > 1: raise ValueError(f"runs on {sorted(measured.data.unique())}; pass one kind of data")
+    if test not in ('test', 'test4'): raise ValueError(f"test must be 'test' or 'test4', got {test!r}")
+    def on(m):   # test_R1 -> test4_R1 where the runs have it (test_normal_R1 has no draws)
+        if m is None or not m.startswith('test_'): return m
+        t = test + m[4:]
+        return t if t in measured and measured[t].notna().any() else m
+    rows = []
+    for c in predictions:
+        pub = published_value(c['paper'], c['arm_cell']) - published_value(c['paper'], c['base_cell'])
+        d = measured[measured.grid == c['grid']]
+        row = {'paper': c['paper'], 'claim': c['claim'], 'comparison': f"{c['arm']} − {c['base']} ({c['grid']})",
+               'metric': effect_label(on(c['metric'])), "paper's Δ": round(pub, 2)}
+        for rank, m in (('re-ranked', on(c['metric'])), ('ITC alone', on(c.get('metric_itc')))):
+            r = _paired_interval(d, c['base'], c['arm'], m)
+            row.update({f'n ({rank})': r['n'], f'Δ ({rank})': r['delta'], f'95 % interval ({rank})': (r['lo'], r['hi']), f'p ({rank})': r['p'],
+                        f'agreement ({rank})': '' if m is None else agreement(r['lo'], r['hi'], pub, r['n'], n_required)})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+def agreement_counts(pt: pd.DataFrame) -> pd.DataFrame:
+    "How many of each paper's predictions got each word, per ranking (rows paper × ranking, columns the words and pending)."
+    out = {}
+    for rank in ('re-ranked', 'ITC alone'):
+        words = pt[f'agreement ({rank})'].where(~pt[f'agreement ({rank})'].str.startswith('pending'), 'pending')
+        for paper, w in words[words != ''].groupby(pt.paper[words != ''], sort=False):
+            out[(paper, rank)] = w.value_counts()
+    cols = [*AGREEMENT, 'pending']
+    return pd.DataFrame(out).T.reindex(columns=cols).fillna(0).astype(int) if out else pd.DataFrame(columns=cols)
+
+def prediction_markdown(pt: pd.DataFrame, decimals: int = 2) -> str:
+    "The prediction table as Markdown: the paper's Δ, then per ranking 'Δ [lo, hi] (n)', p and the word."
+    f = lambda x: '' if not np.isfinite(x) else f'{x:+.{decimals}f}'
+    show = pt[['paper', 'claim', 'comparison', 'metric', "paper's Δ"]].copy()
+    show["paper's Δ"] = show["paper's Δ"].map(f)
+    for rank in ('re-ranked', 'ITC alone'):
+        show[f'{rank}: Δ [95 %]'] = [f"{f(d)} [{f(lo)}, {f(hi)}] (n={n})" if n > 1 else (f"{f(d)} (n=1)" if n else '')
+                                     for d, (lo, hi), n in zip(pt[f'Δ ({rank})'], pt[f'95 % interval ({rank})'], pt[f'n ({rank})'])]
+        show[f'{rank}: p'] = pt[f'p ({rank})'].map(p_text)
+        show[f'{rank}: agreement'] = pt[f'agreement ({rank})']
+    return markdown_table(show)
+
+def prediction_sentences(pt: pd.DataFrame) -> list[str]:
+    "One sentence per paper: how many of its predictions got each word, by each ranking (from agreement_counts)."
+    ac = agreement_counts(pt)
+    out = []
+    for paper in dict.fromkeys(pt.paper):
+        parts = [f"{rank}, " + ', '.join(f"{int(v)} {k}" for k, v in ac.loc[(paper, rank)].items() if v)
+                 for rank in ('re-ranked', 'ITC alone') if (paper, rank) in ac.index]
+        out.append(f"**{paper}** ({(pt.paper == paper).sum()} predictions): " + '; '.join(parts) + '.')
+    return out
 
 # %% ../nbs/95_tables.ipynb #520496dc
 def rerank_summary(measured: pd.DataFrame,  # collect() rows of one kind of data
