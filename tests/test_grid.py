@@ -1,9 +1,9 @@
-"""The `tpas_grid` console script: a dry run lists every run of a grid as missing and writes nothing; a bad
+"""The `tpas_grid` console script: a dry run lists every run of a grid as missing (a zero-shot arm at its first seed) and writes nothing; a bad
 `--set` key fails before anything runs, naming the valid keys; `--status` reports a finished run; a root whose folder
 names no round is refused unless the round is given."""
 import json, os, subprocess
 
-from tpas_nb.grid import GRIDS, arm_slug
+from tpas_nb.grid import GRIDS, arm_slug, evaluated_once
 
 ENV = dict(os.environ, OMP_NUM_THREADS='1', MPLBACKEND='Agg', PYTHONWARNINGS='ignore')
 
@@ -17,12 +17,13 @@ def test_dry_run_lists_every_run_as_missing(tmp_path):
     root = tmp_path / 'grid'
     r = tpas_grid('cmp', '--dry-run', '--root', root, '--round', 'grid')
     assert r.returncode == 0, r.stderr
-    n = 3 * len(GRIDS['cmp'])
+    n = 3 * len(GRIDS['cmp']) - 2                       # the zero-shot arm trains nothing: its first seed only (evaluated_once)
     assert f'cmp: {n} of {n} runs not done' in r.stdout, r.stdout
     for arm in GRIDS['cmp']:
-        for seed in (0, 1, 2):
+        for seed in ((0,) if evaluated_once('cmp', arm) else (0, 1, 2)):
             assert f'{arm}/seed{seed} (missing)' in r.stdout
             assert str(root / 'cmp' / arm_slug(arm) / f'seed{seed}') in r.stdout
+    assert 'X-VLM zero-shot/seed1' not in r.stdout
     assert r.stdout.count('would train') == n
     assert not root.exists()
 

@@ -34,10 +34,10 @@ from .train import train
 __all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'ALL_WEATHER_SPLITS', 'FINAL_SPLITS_OF', 'TEST_REPLICAS', 'GRID_PROFILE',
            'GRID_FIELDS', 'DIAGNOSE_GRIDS', 'GRID_GPUS', 'METRICS', 'DIAGNOSTICS', 'RERANK_COLUMNS', 'DRAW_METRICS',
            'WEATHER_CONDITIONS', 'REPLICA_VARIANT', 'RERANK_SPLITS', 'RERANK_OFF', 'RECORD_FILES', 'replica_split',
-           'merge', 'grid_round', 'grid_budget', 'arm_slug', 'arm_from_slug', 'run_dir', 'grid_arms', 'grid_config',
-           'same_config', 'grid_status', 'require_frozen', 'find_same_run', 'finished_runs', 'diagnose_grid',
-           'grid_train_fn', 'run_grid', 'GridJob', 'submit_grid', 'flatten_metrics', 'collect', 'summarise',
-           'paired_delta', 'grid_hours', 'run_hits', 'seed_variance', 'test_replica', 'split_folder',
+           'merge', 'grid_round', 'grid_budget', 'arm_slug', 'arm_from_slug', 'run_dir', 'evaluated_once', 'grid_arms',
+           'grid_config', 'same_config', 'grid_status', 'require_frozen', 'find_same_run', 'finished_runs',
+           'diagnose_grid', 'grid_train_fn', 'run_grid', 'GridJob', 'submit_grid', 'flatten_metrics', 'collect',
+           'summarise', 'paired_delta', 'grid_hours', 'run_hits', 'seed_variance', 'test_replica', 'split_folder',
            'evaluate_replicas', 'replicas_grid', 'rerank_study', 'fused_r1', 'rerank_grid', 'check_records',
            'parse_sets', 'grid_cli']
 
@@ -118,6 +118,10 @@ def run_dir(root, grid: str, arm: str, seed: int) -> Path:
     return Path(root) / grid / arm_slug(arm) / f'seed{seed}'
 
 # %% ../nbs/41_grid.ipynb #e8d32972
+def evaluated_once(grid: str, arm: str) -> bool:
+    "Whether an arm trains nothing (its own `epochs` 0, the zero-shot arms): every seed would be the same evaluation, so only the first seed is planned."
+    return (GRIDS[grid][arm][2:] or [{}])[0].get('epochs') == 0
+
 def grid_arms(grid: str, arms=None) -> list[str]:
     "The arm labels of `grid` (all, or those named in `arms` by label or slug), in the grid's order."
     if grid not in GRIDS: raise ValueError(f"unknown grid {grid!r}; valid grids: {list(GRIDS)}")
@@ -159,7 +163,7 @@ def grid_status(root, grid: str, seeds=None, arms=None) -> pd.DataFrame:
     for seed in sorted(planned | (set() if seeds is not None else _seeds_on_disk(root, grid))):
         for arm in grid_arms(grid, arms):
             f = RunFolder(run_dir(root, grid, arm, seed))
-            if seed not in planned and not f.path.exists(): continue
+            if (seed not in planned or (evaluated_once(grid, arm) and seed != min(planned))) and not f.path.exists(): continue
             state, steps, wall, err = f.status, 0, np.nan, ''
             if state == 'done':
                 tr = f.metrics['train']
@@ -264,7 +268,8 @@ def run_grid(grid: str,                          # a key of GRIDS
             ) -> pd.DataFrame:                   # one row per run: state before, action, state after, seconds
     "Train every missing (arm, seed) of `grid`, seed-major, resuming partial runs and going on past failures."
     arm_list = grid_arms(grid, arms)
-    plan = [(seed, arm, grid_config(grid, arm, seed, root, overrides, round_)) for seed in seeds for arm in arm_list]  # validates first
+    plan = [(seed, arm, grid_config(grid, arm, seed, root, overrides, round_)) for seed in seeds for arm in arm_list
+            if seed == seeds[0] or not evaluated_once(grid, arm)]   # validates first; a zero-shot arm at its first seed only
     if not dry_run: require_frozen(grid, [c for _, _, c in plan])
     if replicas is None: replicas = TEST_REPLICAS if train_fn is None else 0
     if train_fn is None: train_fn = grid_train_fn(grid)
@@ -321,7 +326,8 @@ def submit_grid(grid: str,
     if executor not in ('slurm', 'local'): raise ValueError(f"unknown executor {executor!r}; valid: 'slurm', 'local'")
     round_ = grid_round(root, round_)
     gpus = GRID_GPUS.get(GRID_ROUNDS[round_][0], 0) if gpus is None else gpus
-    plan = [(seed, arm, grid_config(grid, arm, seed, root, overrides, round_)) for seed in seeds for arm in grid_arms(grid, arms)]
+    plan = [(seed, arm, grid_config(grid, arm, seed, root, overrides, round_)) for seed in seeds for arm in grid_arms(grid, arms)
+            if seed == seeds[0] or not evaluated_once(grid, arm)]   # as run_grid plans
     require_frozen(grid, [c for _, _, c in plan])
     ex = submitit.AutoExecutor(folder=Path(root) / '_submitit' / '%j', cluster=executor)
     ex.update_parameters(name=f'tpas_{grid}', timeout_min=timeout_min, tasks_per_node=max(gpus, 1), cpus_per_task=cpus_per_task,
