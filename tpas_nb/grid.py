@@ -31,15 +31,15 @@ from .eval.retrieval import FUSION_WEIGHTS, embed_gallery, embed_queries, fusion
 from .train import train
 
 # %% auto #0
-__all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'ALL_WEATHER_SPLITS', 'FINAL_SPLITS_OF', 'TEST_REPLICAS', 'GRID_PROFILE',
-           'GRID_FIELDS', 'DIAGNOSE_GRIDS', 'GRID_GPUS', 'METRICS', 'DIAGNOSTICS', 'RERANK_COLUMNS', 'DRAW_METRICS',
-           'WEATHER_CONDITIONS', 'REPLICA_VARIANT', 'RERANK_SPLITS', 'RERANK_OFF', 'RECORD_FILES', 'replica_split',
-           'merge', 'grid_round', 'grid_budget', 'arm_slug', 'arm_from_slug', 'run_dir', 'evaluated_once', 'grid_arms',
-           'grid_config', 'same_config', 'grid_status', 'require_frozen', 'find_same_run', 'finished_runs',
-           'diagnose_grid', 'grid_train_fn', 'run_grid', 'GridJob', 'submit_grid', 'flatten_metrics', 'collect',
-           'summarise', 'paired_delta', 'grid_hours', 'run_hits', 'seed_variance', 'test_replica', 'split_folder',
-           'evaluate_replicas', 'replicas_grid', 'rerank_study', 'fused_r1', 'rerank_grid', 'check_records',
-           'parse_sets', 'grid_cli']
+__all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'WEATHER_CONDITIONS', 'ALL_WEATHER_SPLITS', 'FINAL_SPLITS_OF',
+           'TEST_REPLICAS', 'GRID_PROFILE', 'GRID_FIELDS', 'DIAGNOSE_GRIDS', 'GRID_GPUS', 'METRICS', 'DIAGNOSTICS',
+           'RERANK_COLUMNS', 'DRAW_METRICS', 'REPLICA_VARIANT', 'RERANK_SPLITS', 'RERANK_OFF', 'RECORD_FILES',
+           'replica_split', 'merge', 'grid_round', 'grid_budget', 'arm_slug', 'arm_from_slug', 'run_dir',
+           'evaluated_once', 'grid_arms', 'grid_config', 'same_config', 'grid_status', 'require_frozen',
+           'find_same_run', 'finished_runs', 'diagnose_grid', 'grid_train_fn', 'run_grid', 'GridJob', 'submit_grid',
+           'flatten_metrics', 'collect', 'summarise', 't_half_width', 'paired_delta', 'grid_hours', 'run_hits',
+           'seed_variance', 'test_replica', 'split_folder', 'evaluate_replicas', 'replicas_grid', 'rerank_study',
+           'fused_r1', 'rerank_grid', 'check_records', 'parse_sets', 'grid_cli']
 
 # %% ../nbs/41_grid.ipynb #0ef3bcd0
 GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper prints it) -> (method, switches[, RunConfig overrides])
@@ -72,7 +72,8 @@ GRID_ROUNDS: dict[str, tuple[str, dict, dict]] = {   # records root's folder nam
     'grid_paper': ('paper', {}, {}),            # the papers' recipe on real PAB, on GPUs (a cluster: --submit slurm); data.root, data.vocab, init_checkpoint by --set
 }
 GRID_FINAL_SPLITS = ('test', 'ucc', 'heldout', 'weather:dark')   # every grid run is evaluated on these at its end (issue 30: robustness per row)
-ALL_WEATHER_SPLITS = ('test', 'ucc', 'heldout', *(f'weather:{w}' for w in WEATHERS[1:]))   # and every condition of CMP Table 2
+WEATHER_CONDITIONS = ('test', *(f'weather:{w}' for w in WEATHERS[1:]))   # CMP Table 2's ten conditions: Normal (the test split) and nine weathers
+ALL_WEATHER_SPLITS = ('test', 'ucc', 'heldout', *WEATHER_CONDITIONS[1:])  # and every condition of CMP Table 2
 FINAL_SPLITS_OF = {'calibration': ALL_WEATHER_SPLITS,   # grids evaluated on more: the controls' weather targets (43_calibration)
                    'cmp': ALL_WEATHER_SPLITS}           # and CMP's Table 2 claim, CMP against the baseline in every condition
 TEST_REPLICAS = 3   # ... and on this many fresh draws of SynthPAB's test split ('test@1'...): R@1 over 4 × 2,000 queries ('Four draws of the test split')
@@ -395,7 +396,6 @@ def _get(d: dict, path: tuple):
 DRAW_METRICS = {'R1': ('all', 'R1'), 'R5': ('all', 'R5'), 'R10': ('all', 'R10'), 'mAP': ('all', 'mAP'), 'itc_R1': ('itc', 'all', 'R1'),
                 'hard_pair_acc': ('hard_pair_acc',)}   # test4_<name>: the mean over the test split and its TEST_REPLICAS draws
 
-WEATHER_CONDITIONS = ('test', *(f'weather:{w}' for w in WEATHERS[1:]))   # CMP Table 2's ten conditions: Normal (the test split) and nine weathers
 
 def flatten_metrics(m: dict) -> dict:
     "The METRICS of one metrics.json, the means over the four draws of the test split (test4_*; NaN until every draw is there), over CMP Table 2's ten conditions (weather10_*; NaN unless the run was evaluated on all), R-Avg on test, test4 and ucc, parameters in millions and seconds per step."
@@ -462,6 +462,14 @@ def summarise(df: pd.DataFrame,                        # rows of collect()
     return res.droplevel('grid') if not keep_grid and len(res) and res.index.get_level_values('grid').nunique() == 1 else res
 
 # %% ../nbs/41_grid.ipynb #162037e1
+def t_half_width(sd: float,             # sd of the values (ddof 1)
+                 n: int,                # how many values the mean is over
+                 level: float = 0.95,   # coverage of the interval
+                ) -> float:
+    "Half-width of the Student-t `level` interval of a mean of n values with sd `sd`; NaN below two values."
+    if n < 2 or not np.isfinite(sd): return np.nan
+    return float(scipy.stats.t.ppf(0.5 + level / 2, n - 1) * sd / np.sqrt(n))
+
 def paired_delta(df: pd.DataFrame,       # rows of collect() (one grid)
                  base: str,              # the arm compared against
                  metric: str = 'test_R1',

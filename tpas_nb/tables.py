@@ -12,7 +12,7 @@ import pandas as pd
 import scipy.stats
 
 import tpas_nb
-from .grid import GRIDS, METRICS, collect, summarise, paired_delta, run_hits, seed_variance
+from .grid import GRIDS, METRICS, collect, summarise, paired_delta, run_hits, seed_variance, t_half_width
 
 # %% auto #0
 __all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'ROBUSTNESS',
@@ -96,7 +96,8 @@ DECIMALS = {'diag_V_L': 3, 'diag_margin': 3, 'diag_mu_delta': 3}   # as the pape
 def metric_label(metric: str) -> str:
     "A short header for a collect() column: 'test_normal_R1' -> 'normal R@1', 'ucc_mAP' -> 'UCC mAP', 'test4_R1' -> 'R@1 (4 draws)'."
     special = {'params_M': 'params (M)', 'train_s_per_step': 'train s / step', 'train_wall_s': 'train s', 'steps': 'steps',
-               'diag_r_conf': 'r_conf (%)', 'diag_r_conf_random': 'r_conf, random batches (%)', 'diag_V_L': 'V_L', 'diag_margin': 'm', 'diag_mu_delta': 'μ_Δ'}
+               'diag_r_conf': 'r_conf (%)', 'diag_r_conf_random': 'r_conf, random batches (%)', 'diag_V_L': 'V_L', 'diag_margin': 'm', 'diag_mu_delta': 'μ_Δ',
+               'val_R1': 'val R@1 (selection)'}
     if metric in special: return special[metric]
     split, *rest = metric.split('_')
     names = {'R1': 'R@1', 'R5': 'R@5', 'R10': 'R@10', 'Ravg': 'R-Avg'}
@@ -445,7 +446,7 @@ def _paired_interval(d: pd.DataFrame, base: str, arm: str, metric: str | None) -
     r = paired_delta(d, base, metric).reindex([arm]).iloc[0]
     if pd.isna(r.n) or not r.n: return none
     n = int(r.n)
-    half = scipy.stats.t.ppf(0.975, n - 1) * r.std_delta / np.sqrt(n) if n > 1 else np.nan
+    half = t_half_width(r.std_delta, n)
     return dict(n=n, delta=float(r.mean_delta), lo=float(r.mean_delta - half), hi=float(r.mean_delta + half), p=float(r.p))
 
 def prediction_table(measured: pd.DataFrame,     # collect() rows of one kind of data (the frozen version's round)
@@ -574,7 +575,7 @@ def seed_spread(root='runs/grid',      # a records root with the draws of the te
         if v['sd'] <= goal: reach = 'met'
         elif v['sd_model'] >= goal: reach = f"not by draws: the model part alone is {v['sd_model']:.2f}"
         else: reach = f"{int(np.ceil(per_query / ((goal / 100) ** 2 - (v['sd_model'] / 100) ** 2) / 2000))} draws of 2,000 queries"
-        n_1pt = next(n for n in range(2, 10_000) if scipy.stats.t.ppf(0.975, n - 1) * v['sd'] / np.sqrt(n) <= 1.0)
+        n_1pt = next(n for n in range(2, 10_000) if t_half_width(v['sd'], n) <= 1.0)
         out.append(dict(grid=grid, arm=label, seeds=v['seeds'], queries=v['queries'], sd=v['sd'], model=v['sd_model'],
                         query=v['sd_query'], reach=reach, seeds_for_1pt=n_1pt))
     return pd.DataFrame(out).set_index(['grid', 'arm']).round(2) if out else pd.DataFrame()
