@@ -12,7 +12,7 @@ import pandas as pd
 import scipy.stats
 
 import tpas_nb
-from .grid import GRIDS, METRICS, collect, summarise, paired_delta, run_hits, seed_variance, t_half_width
+from .grid import GRIDS, METRICS, collect, grid_status, summarise, paired_delta, run_hits, seed_variance, t_half_width
 
 # %% auto #0
 __all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'ROBUSTNESS',
@@ -21,7 +21,7 @@ __all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PA
            'published_value', 'verdict', 'rerank_fails', 'verdicts', 'p_text', 'effect_words', 'effect_label',
            'effects', 'effect_table', 'effect_sentence', 'claim_sentence', 'published_arm', 'order_sentence',
            'agreement', 'prediction_table', 'agreement_counts', 'prediction_markdown', 'prediction_sentences',
-           'rerank_summary', 'plot_rerank', 'seed_spread', 'markdown_table']
+           'rerank_summary', 'plot_rerank', 'seed_spread', 'blind_test_left', 'markdown_table']
 
 # %% ../nbs/95_tables.ipynb #813401c8
 CSV_PATH = Path(tpas_nb.__file__).parent / 'paper_tables.csv'   # package data (MANIFEST.in)
@@ -579,6 +579,26 @@ def seed_spread(root='runs/grid',      # a records root with the draws of the te
         out.append(dict(grid=grid, arm=label, seeds=v['seeds'], queries=v['queries'], sd=v['sd'], model=v['sd_model'],
                         query=v['sd_query'], reach=reach, seeds_for_1pt=n_1pt))
     return pd.DataFrame(out).set_index(['grid', 'arm']).round(2) if out else pd.DataFrame()
+
+# %% ../nbs/95_tables.ipynb #b182afcc
+def blind_test_left(root,                      # the frozen version's records root (tpas_grid --root)
+                    seeds_main: int = 5,       # seeds for the arms of CLAIMS
+                    seeds_other: int = 3,      # seeds for every other arm (an arm that trains nothing: one)
+                    grids=('cmp', 'seda', 'qcalign', 'gradco'),
+                   ) -> pd.DataFrame:
+    "Per grid: the runs the blind test plans, those done and those left, and the thread-hours left at the grid's median per trained run."
+    main = {(c['grid'], a) for c in CLAIMS for a in (c['arm'], c['base'])}
+    done = collect(root)
+    rows = []
+    for g in grids:
+        st = pd.concat([grid_status(root, g, seeds=range(seeds_main if (g, a) in main else seeds_other), arms=[a]) for a in GRIDS[g]])
+        left = st.state != 'done'
+        d = done[(done.grid == g) & done.reused_from.fillna('').eq('')] if len(done) else done
+        hours = (d.train_wall_s + d.eval_wall_s.fillna(0) + d.replicas_wall_s.fillna(0)) / 3600 if len(d) else pd.Series(dtype=float)
+        rows.append({'grid': g, 'planned': len(st), 'done': int((~left).sum()), 'left': int(left.sum()),
+                     'left, of the claims': int((left & st.arm.map(lambda a: (g, a) in main)).sum()),
+                     'thread-h per run': hours.median(), 'thread-h left': int(left.sum()) * hours.median()})
+    return pd.DataFrame(rows).set_index('grid').round(2)
 
 # %% ../nbs/95_tables.ipynb #e324037d
 def markdown_table(df: pd.DataFrame,          # the rows to show (the index is dropped; reset it first to keep it)
