@@ -37,9 +37,9 @@ __all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'WEATHER_CONDITIONS', 'A
            'replica_split', 'merge', 'grid_round', 'grid_budget', 'arm_slug', 'arm_from_slug', 'run_dir',
            'evaluated_once', 'grid_arms', 'grid_config', 'same_config', 'grid_status', 'require_frozen',
            'find_same_run', 'finished_runs', 'diagnose_grid', 'grid_train_fn', 'run_grid', 'GridJob', 'submit_grid',
-           'flatten_metrics', 'collect', 'summarise', 't_half_width', 'paired_delta', 'grid_hours', 'run_hits',
-           'seed_variance', 'test_replica', 'split_folder', 'evaluate_replicas', 'replicas_grid', 'rerank_study',
-           'fused_r1', 'rerank_grid', 'check_records', 'parse_sets', 'grid_cli']
+           'flatten_metrics', 'collect', 'summarise', 't_half_width', 'paired_delta', 'trained_run_hours', 'grid_hours',
+           'run_hits', 'seed_variance', 'test_replica', 'split_folder', 'evaluate_replicas', 'replicas_grid',
+           'rerank_study', 'fused_r1', 'rerank_grid', 'check_records', 'parse_sets', 'grid_cli']
 
 # %% ../nbs/41_grid.ipynb #0ef3bcd0
 GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper prints it) -> (method, switches[, RunConfig overrides])
@@ -497,16 +497,22 @@ def paired_delta(df: pd.DataFrame,       # rows of collect() (one grid)
 
 
 # %% ../nbs/41_grid.ipynb #a8de36da
+def trained_run_hours(df: pd.DataFrame,   # rows of collect()
+                     ) -> pd.DataFrame:   # one row per run trained here (reused runs left out): grid, train_h, eval_h
+    "Wall hours of each run a grid trained itself: training, and evaluation (the final one and the test draws')."
+    d = df[df.reused_from.fillna('').eq('')]
+    ev = d.eval_wall_s.fillna(0.0) + (d.replicas_wall_s.fillna(0.0) if 'replicas_wall_s' in d else 0.0)
+    return pd.DataFrame({'grid': d.grid, 'train_h': d.train_wall_s / 3600, 'eval_h': ev / 3600})
+
 def grid_hours(df: pd.DataFrame,   # rows of collect()
               ) -> pd.DataFrame:   # index grid: runs, trained (not reused), hours of training, of final evaluation, and both
     "Wall hours spent per grid by the runs it trained (reused runs cost nothing); evaluation: the final one and the test draws'."
     cols = ['runs', 'trained', 'train_h', 'eval_h', 'total_h']
     if not len(df): return pd.DataFrame(columns=cols)
-    d = df.assign(trained=df.reused_from.fillna('').eq(''))
-    d['eval_wall_s'] = d.eval_wall_s.fillna(0.0) + (d.replicas_wall_s.fillna(0.0) if 'replicas_wall_s' in d else 0.0)
-    t = d[d.trained].groupby('grid', sort=False)[['train_wall_s', 'eval_wall_s']].sum(min_count=1) / 3600
-    out = pd.DataFrame({'runs': d.groupby('grid', sort=False).size(), 'trained': d.groupby('grid', sort=False).trained.sum(),
-                        'train_h': t.train_wall_s, 'eval_h': t.eval_wall_s}).fillna({'train_h': 0.0, 'eval_h': 0.0})
+    trained = df.reused_from.fillna('').eq('').groupby(df.grid, sort=False).sum()
+    t = trained_run_hours(df).groupby('grid', sort=False)[['train_h', 'eval_h']].sum(min_count=1)
+    out = pd.DataFrame({'runs': df.groupby('grid', sort=False).size(), 'trained': trained,
+                        'train_h': t.train_h, 'eval_h': t.eval_h}).fillna({'train_h': 0.0, 'eval_h': 0.0})
     out['total_h'] = out.train_h + out.eval_h
     out.loc['all'] = out.sum()
     return out.astype({'runs': int, 'trained': int}).round(2)[cols]

@@ -12,7 +12,7 @@ import pandas as pd
 import scipy.stats
 
 import tpas_nb
-from .grid import GRIDS, METRICS, collect, grid_status, summarise, paired_delta, run_hits, seed_variance, t_half_width
+from .grid import GRIDS, METRICS, collect, grid_status, summarise, paired_delta, run_hits, seed_variance, t_half_width, trained_run_hours
 
 # %% auto #0
 __all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'ROBUSTNESS',
@@ -589,15 +589,15 @@ def blind_test_left(root,                      # the frozen version's records ro
     "Per grid: the runs the blind test plans, those done and those left, and the thread-hours left at the grid's median per trained run."
     main = {(c['grid'], a) for c in CLAIMS for a in (c['arm'], c['base'])}
     done = collect(root)
+    hours = trained_run_hours(done) if len(done) else pd.DataFrame(columns=['grid', 'train_h', 'eval_h'])
     rows = []
     for g in grids:
         st = pd.concat([grid_status(root, g, seeds=range(seeds_main if (g, a) in main else seeds_other), arms=[a]) for a in GRIDS[g]])
         left = st.state != 'done'
-        d = done[(done.grid == g) & done.reused_from.fillna('').eq('')] if len(done) else done
-        hours = (d.train_wall_s + d.eval_wall_s.fillna(0) + d.replicas_wall_s.fillna(0)) / 3600 if len(d) else pd.Series(dtype=float)
+        per_run = (hours.train_h + hours.eval_h)[hours.grid == g].astype(float).median()
         rows.append({'grid': g, 'planned': len(st), 'done': int((~left).sum()), 'left': int(left.sum()),
                      'left, of the claims': int((left & st.arm.map(lambda a: (g, a) in main)).sum()),
-                     'thread-h per run': hours.median(), 'thread-h left': int(left.sum()) * hours.median()})
+                     'thread-h per run': per_run, 'thread-h left': int(left.sum()) * per_run})
     return pd.DataFrame(rows).set_index('grid').round(2)
 
 # %% ../nbs/95_tables.ipynb #e324037d
