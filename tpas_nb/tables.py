@@ -16,12 +16,13 @@ from .grid import GRIDS, METRICS, collect, grid_status, summarise, paired_delta,
 
 # %% auto #0
 __all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'ROBUSTNESS',
-           'ROBUSTNESS_ITC', 'ROBUSTNESS_FUSED', 'FUSED', 'ALPHA', 'PREDICTIONS', 'AGREEMENT', 'paper_tables', 'table',
-           'metric_label', 'resolve_runs_root', 'four_draws', 'beside', 'show_tables', 'collect_rounds', 'paired',
-           'published_value', 'verdict', 'rerank_fails', 'verdicts', 'p_text', 'effect_words', 'effect_label',
-           'effects', 'effect_table', 'effect_sentence', 'claim_sentence', 'published_arm', 'order_sentence',
-           'agreement', 'prediction_table', 'agreement_counts', 'prediction_markdown', 'prediction_sentences',
-           'rerank_summary', 'plot_rerank', 'seed_spread', 'blind_test_left', 'markdown_table']
+           'ROBUSTNESS_ITC', 'ROBUSTNESS_FUSED', 'FUSED', 'ALPHA', 'PREDICTIONS', 'ABLATION_PREDICTIONS', 'AGREEMENT',
+           'paper_tables', 'table', 'metric_label', 'resolve_runs_root', 'four_draws', 'beside', 'show_tables',
+           'collect_rounds', 'paired', 'published_value', 'verdict', 'rerank_fails', 'verdicts', 'p_text',
+           'effect_words', 'effect_label', 'effects', 'effect_table', 'effect_sentence', 'claim_sentence',
+           'published_arm', 'order_sentence', 'prediction_delta', 'agreement', 'prediction_table', 'agreement_counts',
+           'prediction_markdown', 'prediction_sentences', 'rerank_summary', 'plot_rerank', 'seed_spread',
+           'blind_test_left', 'markdown_table']
 
 # %% ../nbs/95_tables.ipynb #813401c8
 CSV_PATH = Path(tpas_nb.__file__).parent / 'paper_tables.csv'   # package data (MANIFEST.in)
@@ -431,6 +432,35 @@ PREDICTIONS: list[dict] = [   # the prediction table's rows: CLAIMS, then the ro
     *[dict(paper='GradCO', claim=s, grid='gradco', arm='full', base='CMP', metric=f'test_{s.lower()}_R1', metric_itc=f'test_{s.lower()}_itc_R1',
            arm_cell=('Table 6', 'R@1', 'GradCO (Ours)', f'PAB-{s}'), base_cell=('Table 6', 'R@1', 'CMP', f'PAB-{s}')) for s in ('Normal', 'Anomaly')],
 ]
+_R1 = dict(metric='test_R1', metric_itc='test_itc_R1')   # R@1 re-ranked, and by ITC alone
+ABLATION_PREDICTIONS: list[dict] = [   # every other ablation row a paper prints a number for, against the base it prints (not the calibration rows)
+    dict(paper='CMP', claim='ablation M1', grid='cmp', arm='+PE', base='X-VLM (baseline)',
+         arm_cell=('Table 6', 'R@1', 'M1'), base_cell=('Table 6', 'R@1', 'Baseline'), **_R1),
+    dict(paper='CMP', claim='a tenth of train', grid='cmp', arm='CMP, a tenth of train', base='CMP',
+         arm_cell=('Table 3', 'R@1', 17), base_cell=('Table 3', 'R@1', 18), **_R1),                  # CMP (0.1M) − CMP (1M)
+    *[dict(paper='SeDA', claim=f'ablation {r}', grid='seda', arm=r, base='(0)',
+           arm_cell=('Ablation', 'R@1 (%)', r), base_cell=('Ablation', 'R@1 (%)', '(0)'), **_R1)
+      for r in ('(I)', '(II)', '(IV)', '(VI)', '(VII)', '(VIII)', '(IX)')],
+    *[dict(paper='QC-Align', claim=f'ablation {r}', grid='qcalign', arm=f'CMP {r}', base='CMP',
+           arm_cell=('Ablation (RQ2)', 'Baseline', r), base_cell=('Ablation (RQ2)', 'Baseline', 'Baseline'), **_R1)
+      for r in ('+OT', '+UOT', '+SD')],
+    *[dict(paper='GradCO', claim=f'ablation {r}', grid='gradco', arm=r, base='full', metric='test_Ravg', metric_itc=None,
+           arm_cell=('Figs. 3-4 (text)', 'PAB-Avg', r), base_cell=('Table 1', ('R@1', 'R@5', 'R@10'), 18), delta_printed=r == 'D#9')
+      for r in ('D#1', 'D#2', 'D#3', 'D#9')],                                                     # D#9: the text prints only its drop
+    *[dict(paper='GradCO', claim=f'ablation {r}', grid='gradco', arm=r, base='full', metric='ucc_Ravg', metric_itc=None,
+           arm_cell=('Figs. 3-4 (text)', 'UCC-Avg', r), base_cell=('Table 5', 'UCC(OOD)-Avg', 'GradCO (Ours)'))
+      for r in ('D#4', 'D#5', 'D#6', 'D#7', 'D#8')],
+]
+
+def prediction_delta(c: dict) -> float:
+    "A prediction's published delta: its arm cell minus its base cell, or, with `delta_printed`, the arm cell's printed number, which is the delta itself."
+    if not c.get('delta_printed'): return published_value(c['paper'], c['arm_cell']) - published_value(c['paper'], c['base_cell'])
+    name, col, row = c['arm_cell'][:3]
+    t = paper_tables()
+    t = t[(t.paper == c['paper']) & (t.table == name) & (t.row == row) & (t.column == col)]
+    if len(t) != 1: raise ValueError(f"{c['paper']} {name}: {len(t)} cells in row {row!r}, column {col!r}")
+    return float(t.printed.iloc[0].replace('−', '-'))
+
 AGREEMENT = ('same sign, separable', 'opposite sign, separable', "paper's Δ inside the interval", 'not separable')
 
 def agreement(lo: float, hi: float, published: float, n: int, n_required: int = 3) -> str:
@@ -462,7 +492,7 @@ def prediction_table(measured: pd.DataFrame,     # collect() rows of one kind of
         return t if t in measured and measured[t].notna().any() else m
     rows = []
     for c in predictions:
-        pub = published_value(c['paper'], c['arm_cell']) - published_value(c['paper'], c['base_cell'])
+        pub = prediction_delta(c)
         d = measured[measured.grid == c['grid']]
         row = {'paper': c['paper'], 'claim': c['claim'], 'comparison': f"{c['arm']} − {c['base']} ({c['grid']})",
                'metric': effect_label(on(c['metric'])), "paper's Δ": round(pub, 2)}
