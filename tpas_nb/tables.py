@@ -21,8 +21,8 @@ __all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PA
            'collect_rounds', 'paired', 'published_value', 'verdict', 'rerank_fails', 'verdicts', 'p_text',
            'effect_words', 'effect_label', 'effects', 'effect_table', 'effect_sentence', 'claim_sentence',
            'published_arm', 'order_sentence', 'prediction_delta', 'agreement', 'prediction_table', 'agreement_counts',
-           'prediction_markdown', 'prediction_sentences', 'rerank_summary', 'plot_rerank', 'seed_spread',
-           'blind_test_left', 'markdown_table']
+           'prediction_markdown', 'prediction_sentences', 'plot_predictions', 'rerank_summary', 'plot_rerank',
+           'seed_spread', 'blind_test_left', 'markdown_table']
 
 # %% ../nbs/95_tables.ipynb #813401c8
 CSV_PATH = Path(tpas_nb.__file__).parent / 'paper_tables.csv'   # package data (MANIFEST.in)
@@ -534,6 +534,41 @@ def prediction_sentences(pt: pd.DataFrame) -> list[str]:
                  for rank in ('re-ranked', 'ITC alone') if (paper, rank) in ac.index]
         out.append(f"**{paper}** ({(pt.paper == paper).sum()} predictions): " + '; '.join(parts) + '.')
     return out
+
+# %% ../nbs/95_tables.ipynb #9d3b7c15
+def plot_predictions(pt: pd.DataFrame,          # rows of prediction_table (several tables concatenated)
+                     linthresh: float = 2.0,    # R@1 points: the x axis is linear within ±linthresh, logarithmic beyond
+                     width: float = 8.0):
+    "A forest plot of `pt`: per row the paper's Δ (black diamond) and the stand-in's Δ with its 95 % interval, re-ranked (filled) and by ITC alone (open); a pending reading is left out."
+    import matplotlib.pyplot as plt
+    if pt.empty: raise ValueError('plot_predictions needs at least one row of prediction_table')
+    y = np.arange(len(pt))[::-1].astype(float)
+    xs = [pt["paper's Δ"].to_numpy(float)]                     # every x drawn, for the limits
+    fig, ax = plt.subplots(figsize=(width, 1.0 + 0.24 * len(pt)))
+    ax.axvline(0, color='0.3', lw=0.8)
+    for rank, dy, style in (('re-ranked', 0.14, dict(color='C1')), ('ITC alone', -0.14, dict(color='C0', mfc='white'))):
+        d = pt[f'Δ ({rank})'].to_numpy(float)
+        lo, hi = (np.array([iv[k] for iv in pt[f'95 % interval ({rank})']], float) for k in (0, 1))
+        word = pt[f'agreement ({rank})'].astype(str)
+        ok = np.isfinite(d) & (word != '').to_numpy() & ~word.str.startswith('pending').to_numpy()
+        err = np.nan_to_num(np.vstack([d - lo, hi - d]))        # one seed: no interval
+        ax.errorbar(d[ok], y[ok] + dy, xerr=err[:, ok], fmt='o', ms=4, lw=1, capsize=2, label=f'stand-in, {rank}', **style)
+        xs += [d[ok], lo[ok], hi[ok]]
+    ax.scatter(pt["paper's Δ"].to_numpy(float), y, marker='D', color='k', s=16, zorder=3, label="paper's Δ")
+    for b in np.flatnonzero(pt.paper.to_numpy()[1:] != pt.paper.to_numpy()[:-1]):   # a line between papers
+        ax.axhline(y[b] - 0.5, color='0.8', lw=0.6)
+    ax.set_xscale('symlog', linthresh=linthresh)
+    xs = np.concatenate(xs); xs = xs[np.isfinite(xs)]
+    lim = (min(xs.min(), -linthresh) * 1.4, max(xs.max(), linthresh) * 1.4)
+    ax.set_xlim(lim)
+    ticks = [t for t in (-300, -100, -30, -10, -3, -1, 0, 1, 3, 10, 30, 100, 300) if lim[0] <= t <= lim[1] and (t == 0 or abs(t) >= linthresh / 2)]
+    ax.set_xticks(ticks, [f'{t:+d}' if t else '0' for t in ticks])
+    ax.set_yticks(y, [f"{r.paper}: {r.claim} ({r.metric})" for r in pt.itertuples()], fontsize=7)
+    ax.set_ylim(-0.7, len(pt) - 0.3)
+    ax.set_xlabel(f"arm − base, points (bars: 95 % intervals; log scale beyond ±{linthresh:g})")
+    ax.grid(axis='x', alpha=0.3); ax.legend(fontsize=7, loc='lower center', bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
+    fig.tight_layout()
+    return fig
 
 # %% ../nbs/95_tables.ipynb #520496dc
 def rerank_summary(measured: pd.DataFrame,  # collect() rows of one kind of data
