@@ -14,7 +14,7 @@ import yaml
 __all__ = ['PRESETS', 'PROFILE_SETTINGS', 'PROFILES', 'FLAT_ALIASES', 'WHY_VERSIONS', 'VisionConfig', 'TextConfig',
            'BackboneConfig', 'get_preset', 'with_dropout', 'DataConfig', 'OptimConfig', 'RunConfig', 'to_dict',
            'config_diff', 'from_dict', 'save_config', 'load_config', 'profile_fields', 'profile_table', 'flat_path',
-           'flat_value', 'flat_config', 'progress', 'declared_requirements', 'check_requirements']
+           'flat_value', 'flat_config', 'profile_diff', 'progress', 'declared_requirements', 'check_requirements']
 
 # %% ../nbs/00_config.ipynb #55b62538
 @dataclass
@@ -132,6 +132,7 @@ class OptimConfig:
     lr_mult_new: float = 1.0        # lr multiplier of layers not in the checkpoint (official: 2)
     lr_mult_cross: float = 1.0      # lr multiplier of the pretrained cross layers and ITM head (0 = kept as loaded; 40_training)
     lr_mult_base: float = 1.0       # lr multiplier of every other pretrained parameter (0 = kept as loaded: the cross encoder trains alone; 42_pretrain)
+    lr_mult_scope: str = 'new'      # what lr_mult_new multiplies: 'new' (the parameters the init checkpoint lacks) or 'official' (the official CMP code's init_params, 11a_official; the official code decides: its lr_mult 2 made the published numbers)
     grad_clip: float = 0.0          # max grad norm; 0 = off
 
 @dataclass
@@ -246,14 +247,57 @@ _CPU_V3 = [   # the tiny preset on a laptop's CPU, fine-tuning the shipped versi
     ('*', 'dropout', 0.0, '42_pretrain, Dropout off: three seeds, test +1.92 R@1 (p 0.03), re-ranking cost 2.9 -> 0.87; 40_training: 1.28-1.35x a step'),
 ]
 
+_CPU_V4 = [   # the cpu profile on SynthPAB version 4 (calibrated on the papers' baseline rows, 01_synthpab) and its own start
+    *[r for r in _CPU_V3 if r[1] != 'init_checkpoint'],
+    ('*', 'init_checkpoint', 'pretrained-v4', '42_pretrain: the version-4 tiny X-VLM, pretrained on the version-4 corpus, that ships in tpas_nb/weights'),
+    ('*', 'data.synth_version', 4, '01_synthpab: version 4, calibrated on the X-VLM rows of CMP Tables 2-6 and GradCO Table 6'),
+]
+
+_CMP_CODE = 'official CMP code'   # Shuyu-XJTU/CMP: configs/cmp.yaml, Search.py, models/, dataset/ (runs/parity: its commit)
+_SEDA_CODE = 'official SeDA code' # ErgastiAlex/SeDA: models/model_search.py, configs/cmp_decouple.yaml
+
+_CPU_V4_OFFICIAL = [   # version 4 with one recipe for every arm of every grid, and each method as its official code runs it (issue 61)
+    *[r for r in _CPU_V4 if r[1] != 'wise_alpha'],
+    ('*', 'wise_alpha', 1.0, 'WiSE-FT is in no paper: off in method comparisons (40d_wise keeps it as a labelled robustness row, both arms alike)'),
+    ('*', 'optim.lr_mult_new', 2.0, f'{_CMP_CODE} and {_SEDA_CODE}: optimizer lr_mult 2 on the layers the checkpoint lacks; one multiplier for every arm of every grid'),
+    ('*', 'data.paired', False, f'{_CMP_CODE} and {_SEDA_CODE}: records drawn by a random sampler, each counterpart loaded beside its record'),
+    ('gradco', 'data.paired', True, 'GradCO has no public code: its counterpart batches (24_gradco, our reading) need both records of a person in one batch'),
+    ('gradco', 'method_args.top_gate_scale', True, 'GradCO §Implicit Specialization, "we reweight each according to input context": U_s = R·w_s·H_s, '
+                                                   'so the gates rescale rather than silence the streams (24_gradco, Table 7: the gate collapse it ends)'),
+    ('gradco', 'method_args.log_stats', True, "every gradco run logs GradCO Table 7's internals per step (24_gradco, log_internals); the model is the same"),
+    ('seda', 'method_args.fdl_temp', 'shared', f'{_SEDA_CODE}: FDL through the shared contrastive loss (the learnable ITC τ, label smoothing 0.2)'),
+    ('seda', 'method_args.stp_proj', 'official', f'{_SEDA_CODE}: W_p is vision_proj / text_proj, BatchNorm → Dropout(0.5) → Linear (std 1e-5), in init_params (lr × 2)'),
+]
+
+_OFFICIAL_OVER_PAPER = [   # where the official CMP code's run differs from the paper profile: the code made the published numbers, so it decides
+    ('*', 'method_args.global_pool', 'stripes', f'{_CMP_CODE}: models/xvlm.py pools three stripes of the patch tokens (text: [CLS] and three stripes), '
+                                                'BatchNorm → Dropout(itc_dp 0.5) → Linear; the paper writes FC([AVG; CLS])'),
+    ('*', 'method_args.stripes_padding', True, f'{_CMP_CODE}: the text stripes pool every position after [CLS], padding included (10_encoders; runs/parity)'),
+    ('*', 'optim.lr_mult_scope', 'official', f'{_CMP_CODE}: init_params, the set at lr × lr_mult: new layers and Swin stages 3-4, BERT layers 4, 5, 10, 11, the heads (40a_schedule)'),
+    ('*', 'method_args.itm_neg_floor', 1e-5, f'{_CMP_CODE}: models/cmp.py draws ITM negatives ∝ softmax + 1e-5, same ids then zeroed (SeDA ITM-sem too; 12_objectives)'),
+    ('*', 'method_args.embed_dim', 2048, f'{_CMP_CODE}: configs/cmp.yaml embed_dim 2048; X-VLM and the paper: 256'),
+    ('*', 'method_args.itm_weighting', 'official', f'{_CMP_CODE}: models/cmp.py takes a mean cross-entropy per ITM group (in-batch, IHNM, EDA) and sums them'),
+    ('*', 'method_args.mlm_masking', 'official', f'{_CMP_CODE}: dataset/search_dataset.py TextMaskingGenerator, 10 of the 56 padded positions, padding included (12_objectives)'),
+    ('*', 'optim.schedule', 'step', f"{_CMP_CODE}: configs/cmp.yaml schedular sched step (scheduler.py: ×1, ×0.5, ×0.2 of the linear decay after 4 and 7 warm-ups)"),
+    ('*', 'data.eda_p', 1.0, f'{_CMP_CODE}: configs/cmp.yaml eda_p 1; train.py adds 0.8 × the ITC and ITM of the EDA copies (03a_eda)'),
+    ('*', 'data.paired', False, f'{_CMP_CODE}: Search.py draws records with a random sampler and loads each counterpart beside its record'),
+    ('seda', 'method_args.global_pool', '', f'{_SEDA_CODE}: STP replaces the global pooling (21_seda)'),
+    ('seda', 'method_args.stripes_padding', False, f'{_SEDA_CODE}: no stripes to pool (STP reads the tokens)'),
+    ('gradco', 'data.paired', True, 'GradCO has no public code: its counterpart batches (24_gradco, our reading) need both records of a person in one batch'),
+    ('seda', 'method_args.fdl_temp', 'shared', f'{_SEDA_CODE}: models/model_search.py computes FDL with the shared contrastive loss (learnable τ, label smoothing 0.2)'),
+    ('seda', 'method_args.stp_proj', 'official', f'{_SEDA_CODE}: W_p is vision_proj / text_proj, BatchNorm → Dropout(itc_dp 0.5) → Linear (std 1e-5)'),
+]
+
+def _with(rows, over):
+    "`rows` with each (method, field) of `over` replaced, and `over`'s new rows added."
+    keys = {(m, f) for m, f, *_ in over}
+    return [r for r in rows if (r[0], r[1]) not in keys] + list(over)
+
 PROFILE_SETTINGS: dict[str, list[tuple]] = {   # profile -> rows (method, or '*' for every method; RunConfig path; value; source)
     'cpu': _CPU_V3,
     'cpu-v2': _CPU_V2,
-    'cpu-v4': [   # the cpu profile on SynthPAB version 4 (calibrated on the papers' baseline rows, 01_synthpab) and its own start
-        *[r for r in _CPU_V3 if r[1] != 'init_checkpoint'],
-        ('*', 'init_checkpoint', 'pretrained-v4', '42_pretrain: the version-4 tiny X-VLM, pretrained on the version-4 corpus, that ships in tpas_nb/weights'),
-        ('*', 'data.synth_version', 4, '01_synthpab: version 4, calibrated on the X-VLM rows of CMP Tables 2-6 and GradCO Table 6'),
-    ],
+    'cpu-v4': _CPU_V4,
+    'cpu-v4-official': _CPU_V4_OFFICIAL,
     'paper': [   # the papers' fine-tuning of X-VLM on GPUs: CMP's recipe, which SeDA repeats; a method row replaces a '*' row
         ('*', 'preset', 'paper', 'CMP §4.3, §5, App. B.1: Swin-B at 224 px, BERT-base as 6 text + 6 cross layers, 56 tokens'),
         ('*', 'init_checkpoint', '', 'CMP §5 "initialized by X-VLM": 16m_base_model_state_step_199999.th (CMP README); give its path'),
@@ -276,8 +320,10 @@ PROFILE_SETTINGS: dict[str, list[tuple]] = {   # profile -> rows (method, or '*'
                                    'the official codes load it beside each record (paired False)'),
         ('seda', 'data.train_split', 'train_decouple', f'{_OFFICIAL}: train_file annotation/train_decouple/attr_*.json'),
         ('gradco', 'epochs', 10, 'GradCO, implementation details: 10 epochs, batch 22 on one V100'),
+        ('gradco', 'method_args.top_gate_scale', True, 'GradCO §Implicit Specialization, "we reweight each according to input context" (24_gradco: our reading, checked on Table 7)'),
     ],
 }
+PROFILE_SETTINGS['official'] = _with(PROFILE_SETTINGS['paper'], _OFFICIAL_OVER_PAPER)   # the official CMP code's run, switch for switch (SeDA's where it differs)
 
 def _nest(rows) -> dict:
     "Nested RunConfig fields from (path, value) rows."
@@ -349,6 +395,18 @@ def flat_config(profile: str,                # a key of PROFILE_SETTINGS
         raise ValueError(f"profile {profile!r}: need 0 <= lr_min <= lr, got lr_min={cfg.optim.lr_min}, lr={cfg.optim.lr}")
     cfg.global_batch()                                                  # exactly one of batch_size and batch_per_device
     return replace(cfg, out_dir=f'runs/{cfg.method}_seed{cfg.seed}') if flat.get('out_dir') == '' else cfg
+
+# %% ../nbs/00_config.ipynb #dc299cf0
+def profile_diff(a: str, b: str, method: str | None = None) -> dict:
+    "Fields in which profiles `a` and `b` differ for `method` (its own rows over the '*' rows), by dotted name -> (a's, b's)."
+    def flat(d, pre=''):
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, dict) and k != 'loss_weights': out.update(flat(v, f'{pre}{k}.'))
+            else: out[pre + k] = v
+        return out
+    fa, fb = flat(profile_fields(a, method)), flat(profile_fields(b, method))
+    return {k: (fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)}
 
 # %% ../nbs/00_config.ipynb #36148aef
 def progress(it, enabled: bool = True, total: int | None = None, leave: bool = False):

@@ -16,8 +16,9 @@ import yaml
 from filelock import FileLock
 import submitit
 
-from .config import RunConfig, PROFILES, from_dict, to_dict, load_config, save_config, config_diff
+from .config import RunConfig, PROFILES, profile_fields, from_dict, to_dict, load_config, save_config, config_diff
 from .methods import method_key
+from .methods.base import MethodConfig
 from .methods.seda import ABLATION_ROWS
 from .methods.qcalign import QCT_ARMS
 from .methods.gradco import GRADCO_ARMS
@@ -31,17 +32,21 @@ from .eval.retrieval import FUSION_WEIGHTS, embed_gallery, embed_queries, fusion
 from .train import train
 
 # %% auto #0
-__all__ = ['GRIDS', 'GRID_ROUNDS', 'GRID_FINAL_SPLITS', 'WEATHER_CONDITIONS', 'ALL_WEATHER_SPLITS', 'FINAL_SPLITS_OF',
-           'TEST_REPLICAS', 'GRID_PROFILE', 'GRID_FIELDS', 'DIAGNOSE_GRIDS', 'GRID_GPUS', 'METRICS', 'DIAGNOSTICS',
-           'RERANK_COLUMNS', 'DRAW_METRICS', 'REPLICA_VARIANT', 'RERANK_SPLITS', 'RERANK_OFF', 'RECORD_FILES',
-           'replica_split', 'merge', 'grid_round', 'grid_budget', 'arm_slug', 'arm_from_slug', 'run_dir',
-           'evaluated_once', 'grid_arms', 'grid_config', 'same_config', 'grid_status', 'require_frozen',
-           'find_same_run', 'finished_runs', 'diagnose_grid', 'grid_train_fn', 'run_grid', 'GridJob', 'submit_grid',
-           'flatten_metrics', 'collect', 'summarise', 't_half_width', 'paired_delta', 'trained_run_hours', 'grid_hours',
-           'run_hits', 'seed_variance', 'test_replica', 'split_folder', 'evaluate_replicas', 'replicas_grid',
-           'rerank_study', 'fused_r1', 'rerank_grid', 'check_records', 'parse_sets', 'grid_cli']
+__all__ = ['ITC_ALONE', 'GLOBAL_ONLY', 'GRIDS', 'GRID_ROUNDS', 'ARM_ROUNDS', 'GRID_FINAL_SPLITS', 'WEATHER_CONDITIONS',
+           'ALL_WEATHER_SPLITS', 'FINAL_SPLITS_OF', 'TEST_REPLICAS', 'GRID_PROFILE', 'GRID_FIELDS', 'DIAGNOSE_GRIDS',
+           'GRID_GPUS', 'METRICS', 'DIAGNOSTICS', 'RERANK_COLUMNS', 'DRAW_METRICS', 'REPLICA_VARIANT', 'RERANK_SPLITS',
+           'RERANK_OFF', 'RECORD_FILES', 'replica_split', 'merge', 'grid_round', 'grid_budget', 'root_round',
+           'arm_slug', 'arm_from_slug', 'run_dir', 'evaluated_once', 'planned', 'grid_arms', 'grid_config',
+           'same_config', 'recipe_table', 'trial_records', 'grid_status', 'require_frozen', 'find_same_run',
+           'finished_runs', 'diagnose_grid', 'grid_train_fn', 'run_grid', 'GridJob', 'submit_grid', 'flatten_metrics',
+           'collect', 'summarise', 't_half_width', 'paired_delta', 'trained_run_hours', 'grid_hours', 'run_hits',
+           'seed_variance', 'test_replica', 'split_folder', 'evaluate_replicas', 'replicas_grid', 'rerank_study',
+           'fused_r1', 'rerank_grid', 'check_records', 'parse_sets', 'grid_cli']
 
 # %% ../nbs/41_grid.ipynb #0ef3bcd0
+ITC_ALONE = {**MethodConfig.default_loss_weights(), 'itm': 0.0, 'mlm': 0.0}   # L = L_itc (+ a plug-in): a global-only model, as QC-Align's 'Baseline'
+GLOBAL_ONLY = {'k_test': 0}   # ... which has no re-ranker: it ranks, and its epoch is selected on val, by ITC alone
+
 GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper prints it) -> (method, switches[, RunConfig overrides])
     'cmp': {'X-VLM zero-shot': ('xvlm', {}, {'epochs': 0}),          # the shipped checkpoint as it is (42_pretrain)
             'X-VLM (baseline)': ('xvlm', {}), '+PE': ('xvlm', dict(pose=True)), '+IHNM': ('xvlm', dict(ihnm=True)),
@@ -51,7 +56,9 @@ GRIDS: dict[str, dict[str, tuple]] = {   # grid -> arm label (as the paper print
             'CMP, a tenth of train': ('cmp', {}, {'data': {'train_subset': 1000}})},   # the leaderboard's 0.1M setting: a tenth of the records (33_leaderboard)
     'seda': dict(ABLATION_ROWS),
     'qcalign': {'CMP': ('cmp', {}), **{f'CMP {arm}': ('cmp', sw) for arm, sw in QCT_ARMS.items()},
-                'X-VLM': ('xvlm', {}), 'X-VLM +QC-Align': ('xvlm', QCT_ARMS['+QC-Align'])},
+                'X-VLM': ('xvlm', {}), 'X-VLM +QC-Align': ('xvlm', QCT_ARMS['+QC-Align']),
+                'X-VLM, ITC alone': ('xvlm', dict(loss_weights=ITC_ALONE), GLOBAL_ONLY),   # the paper's own setting: a global-only base (QC-Align Table RQ1 'Baseline')
+                **{f'X-VLM, ITC alone {arm}': ('xvlm', dict(loss_weights=ITC_ALONE, **QCT_ARMS[arm]), GLOBAL_ONLY) for arm in ('+CAME', '+QC-Align')}},
     'gradco': {'CMP': ('cmp', {}), 'X-VLM (baseline)': ('xvlm', {}),                # GradCO's own baseline is X2-VLM (its Table 1, Fig. 15)
                **{arm: ('gradco', sw) for arm, sw in GRADCO_ARMS.items()}},
     'calibration': {   # the controls a SynthPAB version is calibrated on (43_calibration): the X-VLM rows, never a method's
@@ -69,7 +76,11 @@ GRID_ROUNDS: dict[str, tuple[str, dict, dict]] = {   # records root's folder nam
                       {'seda': {'wise_alpha': 1.0, 'optim': {'lr_mult_new': 5.0}}}),    # (95_tables, SeDA: what its seed spread is made of)
     'grid_calib_v4': ('cpu-v4', {},             # SynthPAB version 4: its calibration on the X-VLM rows (43_calibration), then, frozen, the blind test of every grid
                       {'gradco': {'wise_alpha': 1.0, 'optim': {'lr_mult_new': 5.0}}}),   # GradCO's setting, as in the current round
+    'grid_official_v4': ('cpu-v4-official', {}, {}),   # issue 61, frozen version 4: one recipe for every arm of every grid (no WiSE-FT, new layers × 2), each method as its official code runs it
     'grid_paper': ('paper', {}, {}),            # the papers' recipe on real PAB, on GPUs (a cluster: --submit slurm); data.root, data.vocab, init_checkpoint by --set
+}
+ARM_ROUNDS: dict[tuple[str, str], tuple[str, ...]] = {   # (grid, arm) -> the rounds that plan it; an arm not named here is planned in every round
+    **{('qcalign', a): ('grid_official_v4',) for a in ('X-VLM, ITC alone', 'X-VLM, ITC alone +CAME', 'X-VLM, ITC alone +QC-Align')},
 }
 GRID_FINAL_SPLITS = ('test', 'ucc', 'heldout', 'weather:dark')   # every grid run is evaluated on these at its end (issue 30: robustness per row)
 WEATHER_CONDITIONS = ('test', *(f'weather:{w}' for w in WEATHERS[1:]))   # CMP Table 2's ten conditions: Normal (the test split) and nine weathers
@@ -97,10 +108,16 @@ def grid_round(root, round_: str | None = None) -> str:
         raise ValueError(f"unknown grid round {name!r}{how}; the rounds: {list(GRID_ROUNDS)}")
     return name
 
-def grid_budget(round_: str = 'grid', grid: str | None = None) -> dict:
-    "RunConfig fields shared by every run of a round (of one grid): the GRID_ROUNDS entry `round_` ('grid': the current round)."
+def grid_budget(round_: str = 'grid', grid: str | None = None,
+                method: str | None = None,   # a method's own rows of the round's profile over its '*' rows (00_config, `profile_fields`); None: the '*' rows
+               ) -> dict:
+    "RunConfig fields shared by every run of a round (of one grid, of one method): the GRID_ROUNDS entry `round_` ('grid': the current round)."
     profile, changes, per_grid = GRID_ROUNDS[grid_round('', round_)]
-    return merge(merge(PROFILES[profile], changes), per_grid.get(grid, {}))
+    return merge(merge(profile_fields(profile, method), changes), per_grid.get(grid, {}))
+
+def root_round(root) -> str | None:
+    "The round that `root`'s folder name names, or None (a folder of tests, of drafts)."
+    return Path(root).name if Path(root).name in GRID_ROUNDS else None
 
 GRID_PROFILE = GRID_ROUNDS['grid'][0]   # the current round's profile
 GRID_FIELDS = ('method', 'seed', 'out_dir')   # set by the grid, never by the budget
@@ -123,10 +140,14 @@ def evaluated_once(grid: str, arm: str) -> bool:
     "Whether an arm trains nothing (its own `epochs` 0, the zero-shot arms): every seed would be the same evaluation, so only the first seed is planned."
     return (GRIDS[grid][arm][2:] or [{}])[0].get('epochs') == 0
 
-def grid_arms(grid: str, arms=None) -> list[str]:
+def planned(grid: str, arm: str, round_: str | None) -> bool:
+    "Whether `round_` plans `arm` of `grid` (`ARM_ROUNDS`); None: every arm."
+    return round_ is None or round_ in ARM_ROUNDS.get((grid, arm), (round_,))
+
+def grid_arms(grid: str, arms=None, round_: str | None = None) -> list[str]:
     "The arm labels of `grid` (all, or those named in `arms` by label or slug), in the grid's order."
     if grid not in GRIDS: raise ValueError(f"unknown grid {grid!r}; valid grids: {list(GRIDS)}")
-    if arms is None: return list(GRIDS[grid])
+    if arms is None: return [a for a in GRIDS[grid] if planned(grid, a, round_)]
     by_slug = {arm_slug(a): a for a in GRIDS[grid]}
     unknown = [a for a in arms if a not in GRIDS[grid] and a not in by_slug]
     if unknown: raise ValueError(f"unknown arm(s) {unknown} of grid {grid!r}; valid arms: {list(GRIDS[grid])}")
@@ -137,10 +158,10 @@ def grid_config(grid: str, arm: str, seed: int, root='runs/grid', overrides: dic
                 round_: str | None = None,   # the round (default: root's folder name, `grid_round`)
                ) -> RunConfig:
     "The RunConfig of one run: the round's budget (`grid_budget`) merged with `overrides` and the arm's own, the arm's method and switches, the seed, the run folder."
-    budget = merge(grid_budget(grid_round(root, round_), grid), overrides or {})
+    method, switches, *arm_over = GRIDS[grid][arm]
+    budget = merge(grid_budget(grid_round(root, round_), grid, method), overrides or {})
     if set(budget) & set(GRID_FIELDS):
         raise ValueError(f"{sorted(set(budget) & set(GRID_FIELDS))} are set by the grid, not by the budget")
-    method, switches, *arm_over = GRIDS[grid][arm]
     budget = merge(budget, arm_over[0] if arm_over else {})
     args = {**budget.pop('method_args', {}), **copy.deepcopy(switches)}          # the arm's switches over the profile's
     return from_dict(RunConfig, {**budget, 'method': method, 'method_args': args, 'seed': seed,
@@ -153,6 +174,24 @@ def same_config(a: RunConfig, b: RunConfig) -> bool:
         return {**d, 'method_args': method_key(c.method, **c.method_args)}
     return strip(a) == strip(b)
 
+# %% ../nbs/41_grid.ipynb #18866128
+def recipe_table(round_: str,          # a key of GRID_ROUNDS
+                 grids=('cmp', 'seda', 'qcalign', 'gradco'),
+                ) -> pd.DataFrame:    # one row per (grid, arm) the round plans
+    "What the round's recipe gives every arm: new layers' lr multiplier, WiSE-FT α, epochs, lr, and the switches that come from the profile."
+    rows = []
+    for g in grids:
+        for arm in grid_arms(g, round_=round_):
+            c, own = grid_config(g, arm, 0, f'runs/{round_}', round_=round_), GRIDS[g][arm][1]
+            from_profile = {k: v for k, v in c.method_args.items() if k not in own}
+            rows.append(dict(grid=g, arm=arm, method=c.method, lr_mult_new=c.optim.lr_mult_new, wise_alpha=c.wise_alpha,
+                             epochs=c.epochs, lr=c.optim.lr, profile_switches=', '.join(f'{k}={v}' for k, v in from_profile.items())))
+    return pd.DataFrame(rows).set_index(['grid', 'arm'])
+
+def trial_records(round_: str, root='runs') -> list[Path]:
+    "The validation trials of a round's method knobs: one JSON each under <root>/<round>/trials/."
+    return sorted((Path(root) / round_ / 'trials').glob('*.json'))
+
 # %% ../nbs/41_grid.ipynb #56d89781
 def _seeds_on_disk(root, grid: str) -> set[int]:
     return {int(p.name[4:]) for p in (Path(root) / grid).glob('*/seed*') if p.name[4:].isdigit()}
@@ -162,7 +201,7 @@ def grid_status(root, grid: str, seeds=None, arms=None) -> pd.DataFrame:
     planned = set(seeds) if seeds is not None else {0, 1, 2}   # every arm; a further seed on disk only where that arm has it
     rows = []
     for seed in sorted(planned | (set() if seeds is not None else _seeds_on_disk(root, grid))):
-        for arm in grid_arms(grid, arms):
+        for arm in grid_arms(grid, arms, root_round(root)):
             f = RunFolder(run_dir(root, grid, arm, seed))
             if (seed not in planned or (evaluated_once(grid, arm) and seed != min(planned))) and not f.path.exists(): continue
             state, steps, wall, err = f.status, 0, np.nan, ''
@@ -268,7 +307,7 @@ def run_grid(grid: str,                          # a key of GRIDS
              round_: str | None = None,          # the round whose budget the runs get (default: root's folder name, `grid_round`)
             ) -> pd.DataFrame:                   # one row per run: state before, action, state after, seconds
     "Train every missing (arm, seed) of `grid`, seed-major, resuming partial runs and going on past failures."
-    arm_list = grid_arms(grid, arms)
+    arm_list = grid_arms(grid, arms, grid_round(root, round_) if round_ or root_round(root) else None)
     plan = [(seed, arm, grid_config(grid, arm, seed, root, overrides, round_)) for seed in seeds for arm in arm_list
             if seed == seeds[0] or not evaluated_once(grid, arm)]   # validates first; a zero-shot arm at its first seed only
     if not dry_run: require_frozen(grid, [c for _, _, c in plan])
@@ -327,7 +366,7 @@ def submit_grid(grid: str,
     if executor not in ('slurm', 'local'): raise ValueError(f"unknown executor {executor!r}; valid: 'slurm', 'local'")
     round_ = grid_round(root, round_)
     gpus = GRID_GPUS.get(GRID_ROUNDS[round_][0], 0) if gpus is None else gpus
-    plan = [(seed, arm, grid_config(grid, arm, seed, root, overrides, round_)) for seed in seeds for arm in grid_arms(grid, arms)
+    plan = [(seed, arm, grid_config(grid, arm, seed, root, overrides, round_)) for seed in seeds for arm in grid_arms(grid, arms, round_)
             if seed == seeds[0] or not evaluated_once(grid, arm)]   # as run_grid plans
     require_frozen(grid, [c for _, _, c in plan])
     ex = submitit.AutoExecutor(folder=Path(root) / '_submitit' / '%j', cluster=executor)
@@ -764,7 +803,7 @@ def grid_cli(argv=None):
     a = ap.parse_args(argv)
     try:
         overrides, round_ = parse_sets(a.set), grid_round(a.root, a.round_)
-        arms = grid_arms(a.grid, a.arms)
+        arms = grid_arms(a.grid, a.arms, round_)
         for seed in a.seeds: grid_config(a.grid, arms[0], seed, a.root, overrides, round_)   # fail on bad keys before any run
     except ValueError as e: ap.exit(2, f'tpas_grid: error: {e}\n')
     with pd.option_context('display.width', 200, 'display.max_rows', 500, 'display.max_colwidth', 60):

@@ -12,7 +12,8 @@ from torch import Tensor
 
 # %% auto #0
 __all__ = ['INFONCE_DIRECTIONS', 'itc_similarity', 'itc_targets', 'info_nce', 'itc_loss', 'gather_with_grad', 'process_rows',
-           'sample_itm_negatives', 'ItmPairs', 'build_itm_pairs', 'itm_loss', 'mask_tokens', 'mlm_loss']
+           'sample_itm_negatives', 'ItmPairs', 'build_itm_pairs', 'itm_loss', 'mask_tokens', 'mlm_loss',
+           'mask_tokens_official']
 
 # %% ../nbs/12_objectives.ipynb #90f3173e
 def _shape(t) -> tuple:
@@ -115,21 +116,28 @@ def sample_itm_negatives(sim_i2t:Tensor,    # B×B similarities s(I_i, T_j), e.g
                          idx:Tensor,        # B ids; entries with the anchor's id are never drawn
                          temp:Tensor|float, # τ > 0 of the softmax
                          generator:torch.Generator|None=None, # seeded generator (on sim_i2t's device) for reproducible draws
+                         floor:float=0.0,   # added to the softmax over all entries before the same-id ones are zeroed (official codes: 1e-5); 0 = the softmax over the other ids
                         ) -> tuple[Tensor, Tensor]: # (neg_img_for_txt, neg_txt_for_img): B batch rows each
     "Draw one in-batch negative image per text and one negative text per image, ∝ softmax(s/τ) over other ids."
     B = sim_i2t.shape[0]
     if sim_i2t.ndim != 2 or sim_i2t.shape[1] != B or idx.shape != (B,):
         raise ValueError(f"sample_itm_negatives: expected sim_i2t B×B and idx (B,), "
                          f"got sim_i2t {_shape(sim_i2t)} and idx {_shape(idx)}")
+    if not floor >= 0: raise ValueError(f"sample_itm_negatives: floor must be >= 0, got {floor}")
     with torch.no_grad():
         same = idx[:, None] == idx[None, :]                                        # B×B
         if bool(same.all()):
             raise ValueError(f"sample_itm_negatives: all {B} items of the batch share one id, so no "
                              f"in-batch negative exists; ITM needs at least two distinct ids")
         t = _as_temp(temp, sim_i2t).detach().float()
-        logits = (sim_i2t.detach().float() / t).masked_fill(same, float('-inf'))   # B×B, image i → text j
-        w_t2i = logits.t().softmax(dim=1)                                          # B×B, p(I_i | T_j) in row j
-        w_i2t = logits.softmax(dim=1)                                              # B×B, p(T_j | I_i) in row i
+        if floor:                                                                  # official: (softmax(s/τ) + floor), same ids then zeroed
+            raw = sim_i2t.detach().float() / t
+            w_t2i = (raw.t().softmax(dim=1) + floor).masked_fill(same.t(), 0.0)
+            w_i2t = (raw.softmax(dim=1) + floor).masked_fill(same, 0.0)
+        else:
+            logits = (sim_i2t.detach().float() / t).masked_fill(same, float('-inf'))   # B×B, image i → text j
+            w_t2i = logits.t().softmax(dim=1)                                      # B×B, p(I_i | T_j) in row j
+            w_i2t = logits.softmax(dim=1)                                          # B×B, p(T_j | I_i) in row i
         neg_img_for_txt = torch.multinomial(w_t2i, 1, generator=generator).squeeze(1)   # B
         neg_txt_for_img = torch.multinomial(w_i2t, 1, generator=generator).squeeze(1)   # B
     return neg_img_for_txt, neg_txt_for_img
@@ -275,3 +283,43 @@ def mlm_loss(logits:Tensor, # B×L×V MLM head outputs (or M×V at gathered posi
         raise ValueError(f"mlm_loss: expected logits B×L×V and labels B×L, got logits {_shape(logits)} and labels {_shape(labels)}")
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction='sum')
     return ce / (labels != -100).sum().clamp(min=1)
+
+# %% ../nbs/12_objectives.ipynb #aea0090b
+def mask_tokens_official(ids:Tensor,             # B×L token ids ([CLS] … [SEP] [PAD]…), padded to max_tokens (56 in the official configs)
+                         mask_token_id:int,       # id of [MASK]
+                         vocab_size:int,          # V: random replacements are drawn from all of [0, V), specials included
+                         prob:float=0.25,         # mask_prob of the official configs
+                         max_masks:int=10,        # max_masks of the official configs
+                         skipgram_prb:float=0.2,  # probability that a visit takes a span (official: 0.2)
+                         skipgram_size:int=3,     # longest span (official: 3)
+                         continuation:Iterable[int]=(), # ids of WordPiece continuations ('##…'): spans grow over them (mask_whole_word); () = no growth
+                         generator:torch.Generator|None=None, # seeded generator for reproducible masks
+                        ) -> tuple[Tensor, Tensor]: # (input_ids B×L, labels B×L: original id where chosen, -100 elsewhere)
+    "The official CMP / SeDA `TextMaskingGenerator`: n = min(max_masks, round(prob·L)) positions after [CLS], padding included, in skip-gram spans."
+    if ids.ndim != 2: raise ValueError(f"mask_tokens_official: ids must be B×L, got {_shape(ids)}")
+    if not 0 < prob <= 1: raise ValueError(f"mask_tokens_official: prob must be in (0, 1], got {prob}")
+    if max_masks < 1 or skipgram_size < 1: raise ValueError(f"mask_tokens_official: need max_masks >= 1 and skipgram_size >= 1, got {max_masks}, {skipgram_size}")
+    B, L = ids.shape
+    n = min(max_masks, max(1, int(round(L * prob))))                        # as the official code: round half to even
+    cont, rand = set(int(c) for c in continuation), lambda: float(torch.rand((), generator=generator))
+    inp, labels = ids.clone(), torch.full_like(ids, -100)
+    for b in range(B):
+        row, chosen = ids[b].tolist(), set()
+        for pos in (torch.randperm(L - 1, generator=generator) + 1).tolist():  # candidates 1 … L-1 in a random order
+            if len(chosen) >= n: break
+            if pos in chosen: continue
+            size = int(torch.randint(2, skipgram_size + 1, (), generator=generator)) if skipgram_size >= 2 and skipgram_prb > 0 and rand() < skipgram_prb else 1
+            st, end = pos, pos + size
+            if cont:                                                        # whole words: grow over continuations
+                while st >= 0 and row[st] in cont: st -= 1
+                while end < L and row[end] in cont: end += 1
+            for p_ in range(st, end):
+                if not 0 < p_ <= L - 1: break                              # a span reaching [CLS] or past the end stops
+                chosen.add(p_)
+        chosen = list(chosen)
+        if len(chosen) > n: chosen = [chosen[k] for k in torch.randperm(len(chosen), generator=generator)[:n].tolist()]
+        for p_ in chosen:
+            if rand() < 0.8: inp[b, p_] = mask_token_id                    # 80% [MASK]
+            elif rand() < 0.5: inp[b, p_] = int(torch.randint(vocab_size, (), generator=generator))   # 10% any id
+            labels[b, p_] = row[p_]
+    return inp, labels

@@ -19,47 +19,15 @@ from ..methods.col import anchor_directions
 from ..runs import Run
 
 # %% auto #0
-__all__ = ['gradient_conflict', 'attraction_repulsion', 'conflict_rate', 'loss_volatility', 'gallery_margin',
-           'anchor_direction_similarity', 'anchor_stats', 'positive_pair_distance', 'uniformity', 'score_function',
-           'batch_conflict_rate', 'batch_diagnostics', 'embedding_diagnostics', 'write_diagnostics', 'run_diagnostics',
-           'counterpart_batches', 'diagnose_run', 'linear_probe', 'action_of', 'action_probe', 'itm_pair_check']
+__all__ = ['loss_volatility', 'gallery_margin', 'log_internals', 'anchor_direction_similarity', 'anchor_stats',
+           'positive_pair_distance', 'uniformity', 'score_function', 'batch_conflict_rate', 'batch_diagnostics',
+           'embedding_diagnostics', 'write_diagnostics', 'run_diagnostics', 'counterpart_batches', 'diagnose_run',
+           'linear_probe', 'action_of', 'action_probe', 'itm_pair_check', 'gradient_conflict', 'attraction_repulsion',
+           'conflict_rate']
 
 # %% ../../nbs/31_diagnostics.ipynb #dcae7166
-def gradient_conflict(grad_pos: Tensor, # B×F attraction gradients g⁺
-                      grad_neg: Tensor, # B×F repulsion gradients g⁻
-                     ) -> dict:         # {'rate': share with cos < 0, 'cos': B cosines}
-    "Share of rows whose attraction and repulsion gradients have a negative cosine."
-    if grad_pos.shape != grad_neg.shape or grad_pos.ndim != 2:
-        raise ValueError(f"gradient_conflict: expected two B×F tensors, got {tuple(grad_pos.shape)} and {tuple(grad_neg.shape)}")
-    cos = F.cosine_similarity(grad_pos, grad_neg, dim=1)                           # B
-    return {'rate': (cos < 0).double().mean().item(), 'cos': cos}
-
-def attraction_repulsion(score_fn: Callable[[Tensor], Tensor], # text representation B×… -> B×B scores (rows texts, columns their images)
-                         txt_rep: Tensor,          # B×… text representation t
-                         temp: float | Tensor,     # τ of the InfoNCE
-                         idx: Tensor | None = None,  # B image ids (same id: not a negative); None = all distinct
-                        ) -> tuple[Tensor, Tensor, Tensor]:  # g⁺ B×F, g⁻ B×F, hardest negative B
-    "The InfoNCE's attraction and hardest-negative repulsion gradients at each text representation (autograd)."
-    t = txt_rep.detach().clone().requires_grad_(True)
-    S = score_fn(t)                                                                # B×B
-    B = S.shape[0]
-    if S.shape != (B, B): raise ValueError(f"score_fn must return B×B scores for B={B} texts, got {tuple(S.shape)}")
-    idx = torch.arange(B, device=S.device) if idx is None else idx.to(S.device)
-    same = idx[:, None] == idx[None, :]                                            # B×B
-    if bool(same.all(1).any()): raise ValueError("every text needs an in-batch negative (an image with another id)")
-    ar = torch.arange(B, device=S.device)
-    hard = S.detach().masked_fill(same, -torch.inf).argmax(1)                      # B, n(i)
-    p = (S.detach() / temp).softmax(1)                                             # B×B, p̂
-    ds_pos = torch.autograd.grad(S[ar, ar].sum(), t, retain_graph=True)[0]         # B×…, ∂s_ii/∂t_i (row i of S sees t_i only)
-    ds_neg = torch.autograd.grad(S[ar, hard].sum(), t)[0]                          # B×…, ∂s_in/∂t_i
-    g_pos = ((p[ar, ar] - 1) / temp)[:, None] * ds_pos.flatten(1)
-    g_neg = (p[ar, hard] / temp)[:, None] * ds_neg.flatten(1)
-    return g_pos, g_neg, hard
-
-def conflict_rate(score_fn: Callable[[Tensor], Tensor], txt_rep: Tensor, temp: float | Tensor, idx: Tensor | None = None) -> float:
-    "r_conf: share of texts whose attraction and hardest-negative repulsion gradients conflict."
-    g_pos, g_neg, _ = attraction_repulsion(score_fn, txt_rep, temp, idx)
-    return gradient_conflict(g_pos, g_neg)['rate']
+from ..methods.col import gradient_conflict, attraction_repulsion, conflict_rate   # defined on 23_col, beside COL's gradients (GradCO logs r_conf while training)
+_all_ = ['gradient_conflict', 'attraction_repulsion', 'conflict_rate']
 
 # %% ../../nbs/31_diagnostics.ipynb #49935558
 def _log_values(log, key: str) -> list[float]:
@@ -93,6 +61,25 @@ def gallery_margin(scores: Tensor,    # Q×G retrieval scores
     s_pos = scores.masked_fill(~pos, -torch.inf).amax(1)                           # Q, s⁺
     s_neg = scores.masked_fill(pos, -torch.inf).amax(1)                            # Q, s⁻
     return (s_pos - s_neg).mean().item()
+
+# %% ../../nbs/31_diagnostics.ipynb #9add45b2
+def log_internals(log,               # run folder, log.jsonl path, or a sequence of log records
+                  window: int = 100, # W of the trailing V_L
+                 ):                  # DataFrame: step, loss, V_L and every logged 'stat_*' (prefix dropped), one row per step
+    "The Table 7 internals a run logged (`log_stats=True`), with V_L = std / mean of the loss over the trailing `window` steps."
+    import pandas as pd
+    if isinstance(log, (str, Path)):
+        p = Path(log)
+        p = p / 'log.jsonl' if p.is_dir() else p
+        if not p.exists(): raise FileNotFoundError(f"no log at {p}")
+        log = [json.loads(l) for l in p.read_text().splitlines() if l.strip()]
+    df = pd.DataFrame(list(log))
+    if 'loss' not in df: raise ValueError("log_internals: the log has no 'loss' column")
+    stats = [c for c in df if c.startswith('stat_')]
+    out = df[['step', 'loss']].copy()
+    roll = df['loss'].rolling(window, min_periods=2)
+    out['V_L'] = roll.std(ddof=0) / roll.mean()
+    return pd.concat([out, df[stats].rename(columns=lambda c: c.removeprefix('stat_'))], axis=1)
 
 # %% ../../nbs/31_diagnostics.ipynb #67c5e99c
 def anchor_direction_similarity(delta: Tensor, # B×G×E anchors of B texts (or R×B×G×E, R streams)

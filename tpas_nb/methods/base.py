@@ -16,12 +16,12 @@ from ..config import BackboneConfig, get_preset
 from ..models.encoders import Backbone, CrossKV, GLOBAL_POOLS, cross_kv, itm_logits_cached
 from ..models.pose import PoseBranch
 from ..objectives import (itc_similarity, info_nce, sample_itm_negatives, build_itm_pairs, itm_loss,
-                                mask_tokens, mlm_loss, gather_with_grad, process_rows)
+                                mask_tokens, mask_tokens_official, mlm_loss, gather_with_grad, process_rows)
 
 # %% auto #0
-__all__ = ['ITM_SCORES', 'Regulariser', 'MethodConfig', 'ImageEmbedding', 'TextEmbedding', 'CrossText', 'TokenIds', 'pad_to',
-           'Encoded', 'Report', 'Method', 'Loss', 'ITCLoss', 'ITMLoss', 'MLMLoss', 'EDALoss', 'PlugInLoss',
-           'match_score', 'MethodSpec', 'RegulariserSpec', 'MethodConfigs', 'MethodTable']
+__all__ = ['MLM_MASKINGS', 'ITM_SCORES', 'Regulariser', 'MethodConfig', 'ImageEmbedding', 'TextEmbedding', 'CrossText',
+           'TokenIds', 'pad_to', 'Encoded', 'Report', 'Method', 'Loss', 'ITCLoss', 'ITMLoss', 'MLMLoss', 'EDALoss',
+           'PlugInLoss', 'match_score', 'MethodSpec', 'RegulariserSpec', 'MethodConfigs', 'MethodTable']
 
 # %% ../../nbs/20_base.ipynb #c0a9ef14
 class Regulariser(NamedTuple):
@@ -31,6 +31,8 @@ class Regulariser(NamedTuple):
     loss: Callable       # (method, batch, enc: Encoded, cfg) -> scalar
 
 # %% ../../nbs/20_base.ipynb #35b2e0c2
+MLM_MASKINGS = ('real', 'official')   # MethodConfig.mlm_masking: the project's (PAPERS.md) and the official codes' (12_objectives)
+
 def _loss_weights() -> dict:
     "L = Σ_k w_k L_k: X-VLM's three terms and EDA's two (a plug-in regulariser's weight is its `<name>_weight`)."
     return {'itc': 1.0, 'itm': 1.0, 'mlm': 1.0, 'itc_eda': 0.8, 'itm_eda': 0.8}
@@ -44,11 +46,15 @@ class MethodConfig:
     contrast_pairs: bool = False    # pretraining: the corpus's contrast pairs share a batch and get IHNM's two ITM negatives; the other records none (42_pretrain)
     itm_draw_partner: bool = False  # may the in-batch ITM draw pick a partner that IHNM / contrast pairs already add? False: other people only, as in the papers' batches of random records
     global_pool: str = ''           # '' = the backbone preset's; 'cls_avg' (paper: FC([AVG; CLS])), 'stripes' (official code) or 'grid' (tiny)
+    stripes_padding: bool = False   # 'stripes' only: the text stripes pool padding positions too, as the official CMP code does (the official profile: True; 10_encoders)
     embed_dim: int = 0              # E; 0 = the preset's (X-VLM: 256; official CMP code: 2048)
     label_smoothing: float = 0.2    # ITC label smoothing ε (official code 0.2)
     itm_weighting: str = 'mean'     # 'mean' over all ITM pairs (paper Eq. 1) or 'official' (mean per group, summed)
     mlm_prob: float = 0.25          # fraction of real tokens masked for MLM
+    mlm_masking: str = 'real'       # 'real': mlm_prob of the real non-special tokens (PAPERS.md); 'official': the official codes' TextMaskingGenerator (12_objectives), padding included
+    mlm_max_tokens: int = 56        # 'official' masking: captions padded to this many positions first (official max_tokens 56) and max_masks 10 of them
     itm_neg_temp: float = 0.0       # τ of the ITM negative draw ∝ softmax(s/τ); 0 = the learnt ITC τ (X-VLM)
+    itm_neg_floor: float = 0.0      # added to the draw's softmax over all entries before same-id ones are zeroed (official codes: 1e-5; 12_objectives)
     itm_frac: float = 1.0           # share of the batch whose pairs enter ITM (negatives still drawn from all of it); 1 = all (papers)
     mlm_frac: float = 1.0           # share of the batch's captions masked for MLM; 1 = all (papers)
     pose_heads: int = 0             # heads of the pose-aware cross-attention; 0 = the preset's (tiny 8; paper 16, the official block's)
@@ -68,6 +74,7 @@ class MethodConfig:
         "Raise a ValueError on an invalid value."
         if self.global_pool not in ('', *GLOBAL_POOLS):
             raise ValueError(f"global_pool must be '' (the preset's) or one of {GLOBAL_POOLS}, got {self.global_pool!r}")
+        if not self.itm_neg_floor >= 0: raise ValueError(f"itm_neg_floor must be >= 0, got {self.itm_neg_floor}")
         if not self.itm_neg_temp >= 0: raise ValueError(f"itm_neg_temp must be >= 0 (0: the learnt τ), got {self.itm_neg_temp}")
         for k in ('itm_frac', 'mlm_frac'):
             if not 0 < getattr(self, k) <= 1: raise ValueError(f"{k} must be in (0, 1], got {getattr(self, k)}")
@@ -75,6 +82,7 @@ class MethodConfig:
             raise ValueError(f"itm_weighting must be 'mean' or 'official', got {self.itm_weighting!r}")
         if not 0 <= self.label_smoothing < 1: raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if not 0 < self.mlm_prob <= 1: raise ValueError(f"mlm_prob must be in (0, 1], got {self.mlm_prob}")
+        if self.mlm_masking not in MLM_MASKINGS: raise ValueError(f"mlm_masking must be one of {MLM_MASKINGS}, got {self.mlm_masking!r}")
         if not self.pose_heads >= 0: raise ValueError(f"pose_heads must be >= 0 (0: the preset's), got {self.pose_heads}")
         return self
 
@@ -126,10 +134,12 @@ class TokenIds:
     cls: int = 2
     sep: int = 3
     mask: int = 4    # defaults: the layout of `build_vocab` (04_pab), i.e. SynthPAB's vocabulary
+    continuation: tuple = ()   # ids of WordPiece continuations ('##…'), which the official masking grows whole words over; SynthPAB's vocabulary has none
 
     @classmethod
     def from_tokenizer(cls, tok) -> 'TokenIds':
-        return cls(len(tok), tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id)
+        cont = tuple(sorted(i for w, i in tok.get_vocab().items() if w.startswith('##')))
+        return cls(len(tok), tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id, cont)
 
     @property
     def special(self) -> tuple: return (self.pad, self.unk, self.cls, self.sep, self.mask)
@@ -173,7 +183,7 @@ class Method(nn.Module):
         self.regularisers = {name: self._plug_in(name, rc, loss) for name, (rc, loss) in (regularisers or {}).items()}
         self.losses = [*self.default_losses(), *(PlugInLoss(n, r) for n, r in self.regularisers.items())]   # what forward computes, in order
         if self.cfg.embed_dim: backbone_cfg = dataclasses.replace(backbone_cfg, embed_dim=self.cfg.embed_dim)
-        self.backbone = Backbone(backbone_cfg, tokens.vocab_size, self.cfg.global_pool or None)
+        self.backbone = Backbone(backbone_cfg, tokens.vocab_size, self.cfg.global_pool or None, self.cfg.stripes_padding)
         self.pose_branch = PoseBranch(self.backbone.vision_width, self.cfg.pose_heads or backbone_cfg.pose_heads,
                                       backbone_cfg.pose_hidden) if self.cfg.pose else None
 
@@ -278,7 +288,7 @@ class Method(nn.Module):
     # -- what ITM reads: the scores that draw its negatives, and the cross encoder ----------------
     def itm_negatives(self, enc: Encoded, idx: Tensor, temp: Tensor) -> tuple[Tensor, Tensor]:
         "One in-batch negative image per text and text per image, drawn ∝ softmax(cos(v, t)/τ') (τ' = itm_neg_temp, or τ)."
-        return sample_itm_negatives(itc_similarity(enc.img_feat, enc.txt_feat), idx, self.cfg.itm_neg_temp or temp)
+        return sample_itm_negatives(itc_similarity(enc.img_feat, enc.txt_feat), idx, self.cfg.itm_neg_temp or temp, floor=self.cfg.itm_neg_floor)
 
     def itm_inputs(self, enc: Encoded) -> tuple[Tensor, CrossText]:
         "(image side, text side) of the batch as the cross encoder reads them (`itm_image_tokens`, `itm_text`)."
@@ -419,7 +429,11 @@ class MLMLoss(Loss):
         cfg, t = method.cfg, method.tokens
         n = _share(cfg.mlm_frac, len(batch['text_ids']))
         ids, mask, img = batch['text_ids'][:n], enc.mask[:n], enc.img[:n]
-        masked, labels = mask_tokens(ids, mask, t.mask, t.vocab_size, t.special, cfg.mlm_prob)
+        if cfg.mlm_masking == 'official':                              # the official codes: padded to max_tokens, padding maskable
+            L = max(ids.shape[1], cfg.mlm_max_tokens)
+            ids, mask = pad_to(ids, L, t.pad), pad_to(mask, L)
+            masked, labels = mask_tokens_official(ids, t.mask, t.vocab_size, cfg.mlm_prob, continuation=t.continuation)
+        else: masked, labels = mask_tokens(ids, mask, t.mask, t.vocab_size, t.special, cfg.mlm_prob)
         return {'mlm': mlm_loss(method.backbone.mlm_logits(masked, mask, img), labels)}
 
 class EDALoss(Loss):

@@ -5,6 +5,7 @@
 # %% ../../nbs/23_col.ipynb #6b7d8a94
 from __future__ import annotations
 import math
+from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
@@ -14,7 +15,8 @@ from ..models.attention import CrossAttention
 
 # %% auto #0
 __all__ = ['DIRECTIONS', 'offloaded_similarity', 'sim_infonce', 'col_loss', 'cosine_grad', 'col_text_grad', 'col_anchor_grad',
-           'OffloadAnchor', 'anchor_cost', 'anchor_directions', 'direction_diversity']
+           'OffloadAnchor', 'anchor_cost', 'gradient_conflict', 'attraction_repulsion', 'conflict_rate',
+           'anchor_directions', 'direction_diversity']
 
 # %% ../../nbs/23_col.ipynb #687c032b
 def offloaded_similarity(txt_feat:Tensor,         # B×E text features f^T (one expert stream)
@@ -127,6 +129,43 @@ def anchor_cost(B: int, G: int, E: int, P: int, heads: int = 4, mlp_ratio: int =
     "Activation elements of one OffloadAnchor call (per stream), by tensor."
     return {'queries, block states, Δ (B·G·E each, ×4)': 4 * B * G * E, 'FFN hidden (B·G·mlp·E)': B * G * mlp_ratio * E,
             'attention weights (B·G·heads·P)': B * G * heads * P, 'keys/values (G·P·E, ×2)': 2 * G * P * E}
+
+# %% ../../nbs/23_col.ipynb #ad9698eb
+def gradient_conflict(grad_pos: Tensor, # B×F attraction gradients g⁺
+                      grad_neg: Tensor, # B×F repulsion gradients g⁻
+                     ) -> dict:         # {'rate': share with cos < 0, 'cos': B cosines}
+    "Share of rows whose attraction and repulsion gradients have a negative cosine."
+    if grad_pos.shape != grad_neg.shape or grad_pos.ndim != 2:
+        raise ValueError(f"gradient_conflict: expected two B×F tensors, got {tuple(grad_pos.shape)} and {tuple(grad_neg.shape)}")
+    cos = F.cosine_similarity(grad_pos, grad_neg, dim=1)                           # B
+    return {'rate': (cos < 0).double().mean().item(), 'cos': cos}
+
+def attraction_repulsion(score_fn: Callable[[Tensor], Tensor], # text representation B×… -> B×B scores (rows texts, columns their images)
+                         txt_rep: Tensor,          # B×… text representation t
+                         temp: float | Tensor,     # τ of the InfoNCE
+                         idx: Tensor | None = None,  # B image ids (same id: not a negative); None = all distinct
+                        ) -> tuple[Tensor, Tensor, Tensor]:  # g⁺ B×F, g⁻ B×F, hardest negative B
+    "The InfoNCE's attraction and hardest-negative repulsion gradients at each text representation (autograd)."
+    t = txt_rep.detach().clone().requires_grad_(True)
+    S = score_fn(t)                                                                # B×B
+    B = S.shape[0]
+    if S.shape != (B, B): raise ValueError(f"score_fn must return B×B scores for B={B} texts, got {tuple(S.shape)}")
+    idx = torch.arange(B, device=S.device) if idx is None else idx.to(S.device)
+    same = idx[:, None] == idx[None, :]                                            # B×B
+    if bool(same.all(1).any()): raise ValueError("every text needs an in-batch negative (an image with another id)")
+    ar = torch.arange(B, device=S.device)
+    hard = S.detach().masked_fill(same, -torch.inf).argmax(1)                      # B, n(i)
+    p = (S.detach() / temp).softmax(1)                                             # B×B, p̂
+    ds_pos = torch.autograd.grad(S[ar, ar].sum(), t, retain_graph=True)[0]         # B×…, ∂s_ii/∂t_i (row i of S sees t_i only)
+    ds_neg = torch.autograd.grad(S[ar, hard].sum(), t)[0]                          # B×…, ∂s_in/∂t_i
+    g_pos = ((p[ar, ar] - 1) / temp)[:, None] * ds_pos.flatten(1)
+    g_neg = (p[ar, hard] / temp)[:, None] * ds_neg.flatten(1)
+    return g_pos, g_neg, hard
+
+def conflict_rate(score_fn: Callable[[Tensor], Tensor], txt_rep: Tensor, temp: float | Tensor, idx: Tensor | None = None) -> float:
+    "r_conf: share of texts whose attraction and hardest-negative repulsion gradients conflict."
+    g_pos, g_neg, _ = attraction_repulsion(score_fn, txt_rep, temp, idx)
+    return gradient_conflict(g_pos, g_neg)['rate']
 
 # %% ../../nbs/23_col.ipynb #8949925d
 def anchor_directions(delta: Tensor, # …×E anchors Δ

@@ -15,7 +15,7 @@ from torch import nn, Tensor
 from ..config import BackboneConfig
 from ..models.encoders import CrossKV, cross_kv, itm_logits_cached, init_bert_weights, masked_mean, pool_image, pool_text
 from .base import Method, MethodConfig, MethodSpec, TokenIds, Encoded, Report, CrossText, Loss, match_score
-from .col import OffloadAnchor, offloaded_similarity, direction_diversity
+from .col import OffloadAnchor, offloaded_similarity, direction_diversity, anchor_directions, conflict_rate
 from ..objectives import sample_itm_negatives
 
 # %% auto #0
@@ -45,7 +45,8 @@ class GradCOConfig(MethodConfig):
     hia_intent: bool = True         # HIA intent gate G_H (D#10: off, uniform weights 1/R)
     hia_agg_sims: bool = True       # aggregate the expert similarities (D#9: off, aggregate the features, then one cosine)
     hia_agg_feat: bool = True       # ITM on intent-aggregated expert tokens (D#11: off, the backbone's tokens)
-    log_stats: bool = False         # add detached 'stat_*' scalars (anchor norms, gate means) to forward's output
+    anchor_space: str = 'unit'      # the f^T, f^I the anchor reads and is added to: 'unit' (our first reading: the L2-normalised features) or 'raw' (Proj_s's output before normalisation, Fig. 10's reading)
+    log_stats: bool = False         # add detached 'stat_*' scalars (Table 7's r_conf, in-batch margins, μ_Δ; Fig. 6-7's anchor norms and cosines; gates) to forward's output
     loss_weights: dict = field(default_factory=lambda: {**MethodConfig.default_loss_weights(), 'dir': None})  # L = Σ w_k L_k; 'dir': None = gamma
 
     @property
@@ -66,14 +67,15 @@ class GradCOConfig(MethodConfig):
         if self.gamma < 0: raise ValueError(f"gamma must be >= 0, got {self.gamma}")
         if self.sigma <= 0: raise ValueError(f"sigma must be > 0, got {self.sigma}")
         if self.text_pool not in ('cls', 'cls_avg'): raise ValueError(f"text_pool must be 'cls' or 'cls_avg', got {self.text_pool!r}")
+        if self.anchor_space not in ('unit', 'raw'): raise ValueError(f"anchor_space must be 'unit' or 'raw', got {self.anchor_space!r}")
         if self.stream_heads not in ('pretrained', 'fresh'): raise ValueError(f"stream_heads must be 'pretrained' or 'fresh', got {self.stream_heads!r}")
         if self.loss_weights.get('dir') not in (None, self.gamma):
             raise ValueError(f"loss_weights['dir']={self.loss_weights['dir']} but gamma={self.gamma}: set the weight of L_dir with gamma")
         return self
 
     def model_key(self) -> dict:
-        "The streams have no input, label or loss of their own (they are exchangeable): only their number decides the model (D#1 = D#2 = D#3, below)."
-        return {**super().model_key(), 'streams': len(self.streams)}
+        "The streams have no input, label or loss of their own (they are exchangeable): only their number decides the model (D#1 = D#2 = D#3, below); the training log (`log_stats`) decides nothing."
+        return {**super().model_key(), 'streams': len(self.streams), 'log_stats': False}
 
 # %% ../../nbs/24_gradco.ipynb #1239098b
 class SubExpert(nn.Module):
@@ -91,6 +93,7 @@ class StreamOutput(NamedTuple):
     feats: Tensor         # B×R×E expert global features f_s, L2-normalised
     top: Tensor | None    # B×R top-gate weights w_top (None without experts)
     sub: Tensor | None    # B×R×K sub-gate weights w^k_s (None without experts)
+    norms: Tensor | None = None   # B×R norms of Proj_s's output before normalisation (None: a side without experts, unit features)
 
 POOLS = {'cls': 1, 'mean': 1, 'cls_avg': 2}   # pool(·) -> output width in units of D
 
@@ -162,8 +165,8 @@ class BehaviourMoE(nn.Module):
         hs, subs = zip(*(st(x, pooled) for st in self.streams.values()))
         U = torch.stack(hs, 1) * (self.top_scale * top)[:, :, None, None]         # B×R×N×D
         feats = torch.stack([st.proj(U[:, r], mask) if isinstance(st.proj, BackboneHead) else st.proj(pool_tokens(U[:, r], self.pool, mask))
-                             for r, st in enumerate(self.streams.values())], 1)                      # B×R×E
-        return StreamOutput(U, F.normalize(feats, dim=-1), top, torch.stack(subs, 1))
+                             for r, st in enumerate(self.streams.values())], 1)                      # B×R×E, Proj_s(pool(U_s))
+        return StreamOutput(U, F.normalize(feats, dim=-1), top, torch.stack(subs, 1), feats.norm(dim=-1))
 
     def warm_start(self, backbone) -> set[int]:
         "Copy the backbone's pretrained global head into every stream's `BackboneHead`; the ids of the parameters set."
@@ -216,6 +219,7 @@ class GradCOEncoded(Encoded):
     I: StreamOutput      # (a) the image streams
     T: StreamOutput      # (a) the text streams
     hia: HIAScores       # (b)+(c) anchors Δ, expert similarities S_r, S_final and the intent weights w
+    idx: Tensor | None = None   # B image ids of the batch (the negatives of the logged r_conf)
 
 class GradCO(Method):
     "GradCO: B-MoE expert streams, COL offload anchors and HIA aggregation on the shared backbone."
@@ -265,23 +269,31 @@ class GradCO(Method):
         if self.intent_gate is None: return txt_feats.new_full(txt_feats.shape[:2], 1 / txt_feats.shape[1])
         return self.intent_gate(txt_feats.flatten(1)).softmax(-1)
 
+    def anchor_space(self, feats: Tensor, norms: Tensor | None) -> Tensor:
+        "…×R×E unit expert features -> the features the anchors read and are added to: themselves ('unit'), or × their norms before normalisation ('raw')."
+        return feats * norms[..., None] if self.cfg.anchor_space == 'raw' and norms is not None else feats
+
     def offload_anchors(self, txt_feats: Tensor, I: StreamOutput) -> Tensor:
-        "Anchors Δ^r_ij of every stream, R×B×G×E."
-        return torch.stack([anc(txt_feats[:, r], I.feats[:, r], I.tokens[:, r if I.tokens.shape[1] > 1 else 0])
+        "Anchors Δ^r_ij of every stream from anchor-space features (`anchor_space`), R×B×G×E."
+        img_feats = self.anchor_space(I.feats, I.norms)                            # G×R×E
+        return torch.stack([anc(txt_feats[:, r], img_feats[:, r], I.tokens[:, r if I.tokens.shape[1] > 1 else 0])
                             for r, anc in enumerate(self.anchors.values())])
 
-    def hia(self, txt_feats: Tensor,   # B×R×E text expert features
+    def hia(self, txt_feats: Tensor,   # B×R×E text expert features (unit)
             I: StreamOutput,           # the image streams of G images
             offload: bool = True,      # add the anchors (training); False: plain expert cosines (retrieval)
+            txt_norms: Tensor | None = None,  # B×R norms of the text features before normalisation (anchor_space='raw')
            ) -> HIAScores:
-        "S_final = Σ_r w_r S_r (D#9: the cosine of the aggregated features)."
+        "S_final = Σ_r w_r S_r (D#9: the cosine of the aggregated features); a cosine is scale-free, so only the anchors see `anchor_space`."
         w = self.intent_weights(txt_feats)                                         # B×R
-        delta = self.offload_anchors(txt_feats, I) if offload and self.anchors is not None else None   # R×B×G×E
+        t_a = self.anchor_space(txt_feats, txt_norms)                              # B×R×E, f^T as the anchors see it
+        delta = self.offload_anchors(t_a, I) if offload and self.anchors is not None else None   # R×B×G×E
         if self.cfg.hia_agg_sims:
-            sims = torch.stack([offloaded_similarity(txt_feats[:, r], I.feats[:, r], None if delta is None else delta[r])
+            sims = torch.stack([offloaded_similarity(t_a[:, r], I.feats[:, r], None if delta is None else delta[r])
                                 for r in range(self.num_streams)])                 # R×B×G, S_r
             return HIAScores(torch.einsum('rbg,br->bg', sims, w), w, delta, sims)
         t = torch.einsum('br,bre->be', w, txt_feats)                               # B×E, Σ_r w_r f^T_r
+        if txt_norms is not None and self.cfg.anchor_space == 'raw': t = t * (w * txt_norms).sum(1, keepdim=True)   # × Σ_r w_r ‖f^T_r‖
         d = None if delta is None else torch.einsum('br,rbge->bge', w, delta)      # B×G×E, Σ_r w_r Δ^r
         return HIAScores(offloaded_similarity(t, I.feats.mean(1), d), w, delta, None)
 
@@ -309,13 +321,15 @@ class GradCO(Method):
         "Tokens, (a) the streams of both sides, (b)+(c) anchors and S_final, and the retrieval features."
         img, txt, mask = self.encode_tokens(batch)                                 # B×P×D_I, B×L×D_T, B×L
         I, T = self.image_streams(img), self.text_streams(txt, mask)              # U: B×R×N×D, f: B×R×E
-        hia = self.hia(self.gather(T.feats), self.contrastive_streams(I))        # S_final: B×B (W·B×W·B under DDP)
+        hia = self.hia(self.gather(T.feats), self.contrastive_streams(I),
+                       txt_norms=None if T.norms is None else self.gather(T.norms))  # S_final: B×B (W·B×W·B under DDP)
         return GradCOEncoded(img, txt, mask, self.image_retrieval_feature(I.feats), self.text_retrieval_feature(T.feats, self.local(hia.weights)),
-                             I=I, T=T, hia=hia)
+                             I=I, T=T, hia=hia, idx=batch.get('idx'))
 
     def contrastive_streams(self, I: StreamOutput) -> StreamOutput:
         "The image streams COL and HIA score against: the batch's, or under DDP the tokens and features of all processes' (with gradient)."
-        return StreamOutput(self.gather(I.tokens), self.gather(I.feats), None, None) if self.gather_processes else I
+        if not self.gather_processes: return I
+        return StreamOutput(self.gather(I.tokens), self.gather(I.feats), None, None, None if I.norms is None else self.gather(I.norms))
 
     def contrastive_scores(self, enc: GradCOEncoded) -> Tensor:
         "S_finalᵀ (rows images, columns texts): L_itc is the InfoNCE of the aggregated, offloaded expert similarities."
@@ -381,27 +395,56 @@ class GradCO(Method):
     # -- the hooks of Method: what GradCO reports (training log, 31_diagnostics) ------------------------
     @torch.no_grad()
     def stream_stats(self, enc: GradCOEncoded) -> dict:
-        "Per stream: anchor norm and cosine with f^T − f^I, mean top-gate and HIA weights (0-d tensors)."
+        "Per stream: anchor norm, its cosine with f^T − f^I (Fig. 6-7) and μ_Δ; the norm of the features it is added to; mean top-gate, sub-gate max and HIA weights (0-d tensors)."
         I, T, hia, out = enc.I, enc.T, enc.hia, {}
         w = self.local(hia.weights)                                                    # B×R, this process's texts
+        t_a, i_a = self.anchor_space(T.feats, T.norms), self.anchor_space(I.feats, I.norms)   # B×R×E, anchor space
         for r, s in enumerate(self.cfg.streams):
             if hia.delta is not None:
                 delta = self.local(hia.delta[r], (0, 1))                               # B×B×E, this process's pairs
-                diff = T.feats[:, None, r] - I.feats[None, :, r]                       # B×B×E, f^T_i − f^I_j
+                diff = t_a[:, None, r] - i_a[None, :, r]                               # B×B×E, f^T_i − f^I_j
+                d = anchor_directions(delta)                                           # B×B×E
+                off = ~torch.eye(d.shape[1], dtype=torch.bool, device=d.device)        # j ≠ k
                 out[f'anchor_norm_{s}'] = delta.norm(dim=-1).mean()
                 out[f'anchor_cos_{s}'] = F.cosine_similarity(delta, diff, dim=-1).mean()
+                out[f'mu_delta_{s}'] = torch.einsum('bje,bke->bjk', d, d)[:, off].mean()   # μ_Δ of this stream
+                out[f'feat_norm_txt_{s}'] = t_a[:, r].norm(dim=-1).mean()              # ‖f^T‖ the anchor is added to (1: 'unit')
             if I.top is not None: out[f'gate_img_{s}'] = I.top[:, r].mean()
             if T.top is not None: out[f'gate_txt_{s}'] = T.top[:, r].mean()
+            if I.sub is not None: out[f'sub_img_max_{s}'] = I.sub[:, r].amax(-1).mean()   # mean over the batch of max_k w^k_s (the mean is 1/K)
+            if T.sub is not None: out[f'sub_txt_max_{s}'] = T.sub[:, r].amax(-1).mean()
             out[f'hia_{s}'] = w[:, r].mean()
+        if I.top is not None: out['gate_img_max'] = I.top.amax(-1).mean()            # mean over the batch of max_s w_top,s: 1/R uniform, 1 collapsed
+        if T.top is not None: out['gate_txt_max'] = T.top.amax(-1).mean()
         return out
 
+    def batch_margins(self, enc: GradCOEncoded) -> dict:
+        "In-batch Table 7 margins, mean over texts of s⁺ − max s⁻: on S_final as retrieval ranks it (no anchors) and as ITC trains it (with anchors)."
+        if enc.idx is None: return {}
+        T, I = enc.T, enc.I
+        other = enc.idx[:, None] != enc.idx[None, :]                                     # B×B, a negative
+        def margin(S): return (S.diagonal() - S.masked_fill(~other, -torch.inf).amax(1)).mean()
+        w = self.local(enc.hia.weights)                                                # B×R
+        if self.cfg.hia_agg_sims: plain = torch.einsum('bre,gre,br->bg', T.feats, I.feats, w)   # B×B, retrieval's S_final = Σ_r w_r cos_r
+        else: plain = F.normalize(torch.einsum('br,bre->be', w, T.feats), dim=-1) @ F.normalize(I.feats.mean(1), dim=-1).t()
+        return {'margin_batch': margin(plain), **({'margin_batch_offload': margin(self.local(enc.hia.scores, (0,)))}
+                                                  if enc.hia.delta is not None and not self.gather_processes else {})}
+
     def training_stats(self, enc: GradCOEncoded) -> dict:
-        "With log_stats: the stream statistics as detached 'stat_*' scalars of forward's output."
-        return {f'stat_{k}': v for k, v in self.stream_stats(enc).items()} if self.cfg.log_stats else {}
+        "With log_stats: the stream statistics, the in-batch margins, μ_Δ and r_conf (on detached copies) as 'stat_*' scalars of forward's output."
+        if not self.cfg.log_stats: return {}
+        out = self.stream_stats(enc)
+        with torch.no_grad(): out.update(self.batch_margins(enc))
+        mus = [v for k, v in out.items() if k.startswith('mu_delta_')]
+        if mus: out['mu_delta'] = torch.stack(mus).mean()
+        if enc.idx is not None and not self.gather_processes:
+            rep, fn = self.score_map(GradCOEncoded(enc.img, enc.txt, enc.mask, enc.img_feat, enc.txt_feat, I=_detached(enc.I), T=_detached(enc.T), hia=enc.hia))
+            out['r_conf'] = torch.tensor(conflict_rate(fn, rep, self.backbone.temperature().detach(), enc.idx))
+        return {f'stat_{k}': v.detach() for k, v in out.items()}
 
     def score_map(self, enc: GradCOEncoded) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
-        "(B×R×E text expert features, f^T ↦ S_final): the anchors and the intent gate follow f^T."
-        return enc.T.feats, lambda tf: self.hia(tf, enc.I).scores
+        "(B×R×E text expert features, f^T ↦ S_final): the anchors and the intent gate follow f^T (the norms before normalisation held)."
+        return enc.T.feats, lambda tf: self.hia(tf, enc.I, txt_norms=enc.T.norms).scores
 
     @torch.no_grad()
     def diagnostics(self, enc: GradCOEncoded) -> Report:
@@ -409,6 +452,8 @@ class GradCO(Method):
         delta, streams = enc.hia.delta, self.cfg.streams
         l_dir = {} if delta is None else {f'l_dir_{s}': direction_diversity(delta[r], self.cfg.sigma) for r, s in enumerate(streams)}
         return Report({**self.stream_stats(enc), **l_dir}, delta)
+
+def _detached(s: StreamOutput) -> StreamOutput: return StreamOutput(*(None if x is None else x.detach() for x in s))
 
 class DirLoss(Loss):
     "L_dir, the anchors' direction diversity averaged over the streams (with the anchors on; none without)."

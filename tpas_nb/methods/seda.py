@@ -14,16 +14,28 @@ from torch import nn, Tensor
 from ..config import BackboneConfig
 from ..models.attention import CrossAttention
 from ..data.pab import SUB_KEYS
+from ..models.encoders import LoadReport, read_state_dict
+from ..models.official import load_cmp_state_dict
 from .base import Method, MethodConfig, MethodSpec, TokenIds, Encoded, Loss, pad_to
 from ..objectives import itc_loss, itc_similarity, sample_itm_negatives, build_itm_pairs, itm_loss, ItmPairs
 
 # %% auto #0
-__all__ = ['FACTORS', 'STP_WEIGHTINGS', 'SEDA_METHODS', 'ABLATION_ROWS', 'STPOutput', 'SemanticTokenProjection', 'fdl_loss',
-           'SeDAConfig', 'SeDA', 'SeDALoss']
+__all__ = ['FACTORS', 'STP_WEIGHTINGS', 'STP_PROJS', 'SEDA_METHODS', 'ABLATION_ROWS', 'OFFICIAL_STP', 'stp_projection',
+           'STPOutput', 'SemanticTokenProjection', 'fdl_loss', 'SeDAConfig', 'SeDA', 'SeDALoss', 'official_seda_stp',
+           'load_seda_checkpoint', 'load_seda_state_dict']
 
 # %% ../../nbs/21_seda.ipynb #388a9f29
 FACTORS = SUB_KEYS                                          # ('appearance', 'action', 'background'), the sub-caption order
 STP_WEIGHTINGS = ('sigmoid', 'softmax', 'cross_attention')  # α: paper, ablation row (I), ablation row (II)
+STP_PROJS = ('linear', 'official')                          # W_p: a Linear (paper), BN → Dropout → Linear drawn with std 1e-5 (official code)
+
+def stp_projection(in_dim: int, embed_dim: int, proj: str = 'linear', dropout: float = 0.5) -> nn.Module:
+    "W_p: nn.Linear ('linear'), or ('official') BatchNorm1d → Dropout(p) → Linear with weight ~ N(0, std 1e-5) and bias 0."
+    if proj not in STP_PROJS: raise ValueError(f"unknown stp_proj {proj!r}; valid names: {list(STP_PROJS)}")
+    if proj == 'linear': return nn.Linear(in_dim, embed_dim)
+    head = nn.Sequential(nn.BatchNorm1d(in_dim), nn.Dropout(dropout), nn.Linear(in_dim, embed_dim))
+    nn.init.normal_(head[2].weight, std=1e-5); nn.init.zeros_(head[2].bias)
+    return head
 
 class STPOutput(NamedTuple):
     "What STP computes for a batch of one modality."
@@ -40,7 +52,9 @@ class SemanticTokenProjection(nn.Module):
                  n_factors: int = 3, # K
                  weighting: str = 'sigmoid', # one of STP_WEIGHTINGS
                  with_cls: bool = False, # put x_cls in W_p's input (text: True, image: False)
-                 num_heads: int = 8): # heads of the 'cross_attention' arm
+                 num_heads: int = 8, # heads of the 'cross_attention' arm
+                 proj: str = 'linear', # W_p: one of STP_PROJS (`stp_projection`)
+                 proj_dropout: float = 0.5): # dropout of the 'official' W_p
         super().__init__()
         if weighting not in STP_WEIGHTINGS:
             raise ValueError(f"unknown stp_weighting {weighting!r}; valid names: {list(STP_WEIGHTINGS)}")
@@ -48,7 +62,7 @@ class SemanticTokenProjection(nn.Module):
         self.w_d = nn.Linear(dim, n_factors * dim)                                # W_d: D -> K·D
         self.attn = CrossAttention(dim, num_heads, qkv_bias=False) if weighting == 'cross_attention' else None
         self.w_m = nn.Linear(2 * dim, factor_dim)                                 # W_m, shared by the K factors
-        self.w_p = nn.Linear(with_cls * dim + n_factors * factor_dim, embed_dim)  # W_p
+        self.w_p = stp_projection(with_cls * dim + n_factors * factor_dim, embed_dim, proj, proj_dropout)  # W_p
 
     def forward(self, cls: Tensor, # B×D pooled token x_[CLS]
                 tokens: Tensor, # B×N×D sequence tokens x_i
@@ -100,6 +114,8 @@ class SeDAConfig(MethodConfig):
     itm_sem_mining: str = 'caption'  # negatives ∝ softmax(s(z_I^k, z_T^k)/τ): 'caption' (official code) or 'anchor' (z_{T^k}^k)
     itm_sem_sum: bool = True         # L_ITM-sem as the official code: the sum of the three factors' ITM losses; False = one mean over the 3·K·B pairs
     stp_heads: int = 8               # heads of the 'cross_attention' arm (official: 8)
+    stp_proj: str = 'linear'         # W_p: 'linear' (paper: a linear layer) or 'official' (official code: vision_proj / text_proj = BN → Dropout → Linear, weight std 1e-5, new)
+    stp_proj_dropout: float = 0.5    # dropout of the 'official' W_p (official itc_dp 0.5; the paper names none)
     loss_weights: dict = field(default_factory=lambda: {**MethodConfig.default_loss_weights(), 'fdl': 1.0, 'itm_sem': 1.0})  # L = Σ w_k L_k over itc, itm, mlm, fdl, itm_sem (+ plug-ins)
 
     def check(self):
@@ -112,6 +128,8 @@ class SeDAConfig(MethodConfig):
             raise ValueError(f"factors must be a non-empty subset of {FACTORS} without repeats, got {self.factors!r}")
         self.factors = tuple(k for k in FACTORS if k in f)
         if self.fdl_temp not in ('fixed', 'shared'): raise ValueError(f"fdl_temp must be 'fixed' or 'shared', got {self.fdl_temp!r}")
+        if self.stp_proj not in STP_PROJS: raise ValueError(f"unknown stp_proj {self.stp_proj!r}; valid names: {list(STP_PROJS)}")
+        if not 0 <= self.stp_proj_dropout < 1: raise ValueError(f"stp_proj_dropout must be in [0, 1), got {self.stp_proj_dropout}")
         if self.itm_sem_mining not in ('caption', 'anchor'):
             raise ValueError(f"itm_sem_mining must be 'caption' or 'anchor', got {self.itm_sem_mining!r}")
         if not self.fdl_tau > 0: raise ValueError(f"fdl_tau must be > 0, got {self.fdl_tau}")
@@ -131,8 +149,9 @@ class SeDA(Method):
         bb.text_pool = None                             # the global heads are replaced by STP's W_p; QC-Align,
         if not any(r.weight for r in self.regularisers.values()):   # when on, still projects tokens with them (22_qcalign)
             bb.vision_proj = bb.text_proj = None
-        self.image_stp = SemanticTokenProjection(d_i, d_i, E, K, cfg.stp_weighting, with_cls=False, num_heads=cfg.stp_heads)
-        self.text_stp = SemanticTokenProjection(d_t, d_i, E, K, cfg.stp_weighting, with_cls=True, num_heads=cfg.stp_heads)
+        proj = dict(num_heads=cfg.stp_heads, proj=cfg.stp_proj, proj_dropout=cfg.stp_proj_dropout)
+        self.image_stp = SemanticTokenProjection(d_i, d_i, E, K, cfg.stp_weighting, with_cls=False, **proj)
+        self.text_stp = SemanticTokenProjection(d_t, d_i, E, K, cfg.stp_weighting, with_cls=True, **proj)
         self.factor_cols = [FACTORS.index(k) for k in cfg.factors]   # columns of batch['sub_text_ids']
 
     # -- STP and the hooks of Method -------------------------------------------------------------
@@ -194,7 +213,7 @@ class SeDA(Method):
         "Per factor: positives (I_i, T_i^k) and in-batch negatives drawn ∝ softmax(s(z_I^k, z_T^k)/τ) over other ids."
         other = txt_factors if self.cfg.itm_sem_mining == 'caption' else anchors
         temp = self.backbone.temperature()
-        return [build_itm_pairs(*sample_itm_negatives(itc_similarity(img_factors[:, k], other[:, k]), idx, temp))
+        return [build_itm_pairs(*sample_itm_negatives(itc_similarity(img_factors[:, k], other[:, k]), idx, temp, floor=self.cfg.itm_neg_floor))
                 for k in range(img_factors.shape[1])]
 
     def itm_sem_loss(self, img: Tensor, sub_txt: Tensor, sub_mask: Tensor, pairs: list[ItmPairs]) -> Tensor:
@@ -248,3 +267,51 @@ ABLATION_ROWS = {  # SeDA ablation table row -> (method name, switches)
     '(IX)': ('seda', dict(factors=('appearance', 'action'))),
     '(X)': ('seda', {}),
 }
+
+# %% ../../nbs/21_seda.ipynb #5d709e83
+OFFICIAL_STP = {  # official SeDA module (models/cmp.py) -> this SeDA's
+    'decoupled_linear_img': 'image_stp.w_d', 'decoupled_linear_txt': 'text_stp.w_d',   # W_d
+    'modality_proj_img': 'image_stp.w_m', 'modality_proj_txt': 'text_stp.w_m',         # W_m
+    'vision_proj': 'image_stp.w_p', 'text_proj': 'text_stp.w_p',                       # W_p (BN → Dropout → Linear)
+    'cross_attn_img': 'image_stp.attn', 'cross_attn_txt': 'text_stp.attn'}             # use_ca: the cross-attention arm
+
+def official_seda_stp(state_dict: dict, # an official SeDA state dict (Search.py saves it under 'model')
+                      method: SeDA,     # the SeDA to load it into (its STP keys and shapes are checked)
+                     ) -> tuple[dict, dict]: # (this SeDA's image_stp / text_stp keys -> tensors, every other official key)
+    "Map the official STP layers (W_d, W_m, W_p, and use_ca's cross-attention) to `image_stp` / `text_stp`; the rest is the official CMP layout."
+    cfg = method.cfg
+    if tuple(cfg.factors) != FACTORS: raise ValueError(f"the official SeDA has the three factors {FACTORS}; this SeDA has {cfg.factors}")
+    stp, rest = {}, {}
+    for k, v in state_dict.items():
+        head, _, tail = k.partition('.')
+        if head not in OFFICIAL_STP: rest[k] = v; continue
+        ours = OFFICIAL_STP[head]
+        if tail == 'wkv.weight': stp[f'{ours}.w_k.weight'], stp[f'{ours}.w_v.weight'] = v.chunk(2)   # rows: keys, then values
+        else: stp[f'{ours}.' + {'wq.weight': 'w_q.weight'}.get(tail, tail)] = v
+    want = {k: v for k, v in method.state_dict().items() if k.startswith(('image_stp.', 'text_stp.'))}
+    missing, unexpected = sorted(set(want) - set(stp)), sorted(set(stp) - set(want))
+    if missing or unexpected:
+        hint = ("; the official W_p is BN → Dropout → Linear: build SeDA with stp_proj='official'" if any('w_p.0.' in k for k in unexpected) else
+                "; the checkpoint has use_ca's cross-attention: build SeDA with stp_weighting='cross_attention'" if any('.attn.' in k for k in unexpected) else '')
+        raise ValueError(f"official SeDA STP keys do not fit this SeDA (stp_weighting={cfg.stp_weighting!r}, stp_proj={cfg.stp_proj!r}): "
+                         f"missing {missing}, unexpected {unexpected}{hint}")
+    if bad := [f"{k}: checkpoint {tuple(stp[k].shape)} vs model {tuple(want[k].shape)}" for k in want if stp[k].shape != want[k].shape]:
+        raise ValueError(f"official SeDA STP shapes do not fit this SeDA: {bad}")
+    return stp, rest
+
+# %% ../../nbs/21_seda.ipynb #ffe100d8
+def load_seda_checkpoint(method: SeDA,   # built as the official SeDA was: stp_proj='official', the three factors, pose=True
+                         path,           # official SeDA checkpoint: torch.save({'model': state_dict, …}) (Search.py)
+                        ) -> LoadReport:
+    "Load an official SeDA checkpoint: its STP layers into image_stp / text_stp, the rest through the official CMP loader; every key consumed."
+    return load_seda_state_dict(method, read_state_dict(path), path)
+
+def load_seda_state_dict(method: SeDA, sd: dict, path='checkpoint') -> LoadReport:
+    "`load_seda_checkpoint` on a state dict already read (`path` is named in errors)."
+    if not isinstance(method, SeDA): raise ValueError(f"{path}: an official SeDA checkpoint (it has STP layers) loads into method 'seda', not {type(method).__name__}")
+    stp, rest = official_seda_stp(sd, method)
+    rep = load_cmp_state_dict(method.backbone, method.pose_branch, rest, path)
+    for side in ('image_stp', 'text_stp'):
+        getattr(method, side).load_state_dict({k.split('.', 1)[1]: v for k, v in stp.items() if k.startswith(side + '.')}, strict=True)
+    rep.matched += sorted(stp)
+    return rep

@@ -19,8 +19,8 @@ from ..config import BackboneConfig, VisionConfig, TextConfig
 __all__ = ['GLOBAL_POOLS', 'XVLM_UNEXPECTED', 'PRETRAINED', 'SHIPPED', 'ImageEncoder', 'bert_config', 'padding_mask',
            'cross_layer', 'init_bert_weights', 'TextEncoder', 'pool_parts', 'AttentionPool', 'masked_mean',
            'stripe_pool', 'pool_image', 'pool_text', 'global_head', 'itm_mlp', 'Backbone', 'fast_linear', 'CrossKV',
-           'cross_kv', 'itm_logits_cached', 'LoadReport', 'xvlm_to_ours', 'load_xvlm_checkpoint', 'to_xvlm_state_dict',
-           'weights_dir', 'resolve_checkpoint', 'check_checkpoint_vocab']
+           'cross_kv', 'itm_logits_cached', 'LoadReport', 'xvlm_to_ours', 'read_state_dict', 'load_xvlm_checkpoint',
+           'load_xvlm_state_dict', 'to_xvlm_state_dict', 'weights_dir', 'resolve_checkpoint', 'check_checkpoint_vocab']
 
 # %% ../../nbs/10_encoders.ipynb #f8dfefab
 class ImageEncoder(SwinTransformer):
@@ -140,12 +140,14 @@ def pool_image(img_tokens: Tensor, global_pool: str) -> Tensor:
     if global_pool == 'grid': return patches.flatten(1)
     return stripe_pool(patches).flatten(1)
 
-def pool_text(txt_tokens: Tensor, mask: Tensor, global_pool: str, attention: AttentionPool | None = None) -> Tensor:
+def pool_text(txt_tokens: Tensor, mask: Tensor, global_pool: str, attention: AttentionPool | None = None,
+              stripes_padding: bool = False, # 'stripes': pool every position after [CLS], padding included (official CMP code)
+             ) -> Tensor:
     "B×L×D_T -> B×(parts·D_T): [AVG(real tokens); CLS], [CLS; three stripes], or attention pooling ('grid')."
     if global_pool == 'grid': return attention(txt_tokens, mask)
     cls, rest, rest_mask = txt_tokens[:, 0], txt_tokens[:, 1:], mask[:, 1:]
     if global_pool == 'cls_avg': return torch.cat([masked_mean(rest, rest_mask), cls], -1)
-    return torch.cat([cls, stripe_pool(rest, rest_mask).flatten(1)], -1)
+    return torch.cat([cls, stripe_pool(rest, None if stripes_padding else rest_mask).flatten(1)], -1)
 
 def global_head(global_pool: str, in_dim: int, embed_dim: int) -> nn.Module:
     "The FC of the global feature: Linear ('cls_avg', 'grid') or BN → Dropout(0.5) → Linear ('stripes')."
@@ -160,12 +162,15 @@ def itm_mlp(dim: int, out_dim: int = 2) -> nn.Sequential:
 # %% ../../nbs/10_encoders.ipynb #f47acb1d
 class Backbone(nn.Module):
     "The shared X-VLM backbone: Swin image encoder, BERT text + cross encoder, ITC/ITM/MLM heads."
-    def __init__(self, cfg: BackboneConfig, vocab_size: int, global_pool: str | None = None):
+    def __init__(self, cfg: BackboneConfig, vocab_size: int, global_pool: str | None = None,
+                 stripes_padding: bool = False):                    # 'stripes' only: text stripes over padding too (official code)
         super().__init__()
         global_pool = global_pool or cfg.global_pool                     # None: the preset's pooling
         if global_pool not in GLOBAL_POOLS:
             raise ValueError(f"unknown global_pool {global_pool!r}; valid names: {sorted(GLOBAL_POOLS)}")
-        self.global_pool, self.num_patches = global_pool, cfg.vision.num_patches
+        if stripes_padding and global_pool != 'stripes':
+            raise ValueError(f"stripes_padding=True changes the text stripes of global_pool='stripes' only, got global_pool={global_pool!r}")
+        self.global_pool, self.num_patches, self.stripes_padding = global_pool, cfg.vision.num_patches, stripes_padding
         img_parts, txt_parts = pool_parts(global_pool, self.num_patches)
         d_img, d_txt = cfg.vision.width, cfg.text.hidden_size
         self.vision_encoder = ImageEncoder(cfg.vision)
@@ -220,7 +225,7 @@ class Backbone(nn.Module):
 
     def text_global(self, txt_tokens: Tensor, mask: Tensor) -> Tensor:
         "B×L×D_T, B×L mask -> L2-normalised B×E."
-        return F.normalize(self.text_proj(pool_text(txt_tokens, mask, self.global_pool, self.text_pool)), dim=-1)
+        return F.normalize(self.text_proj(pool_text(txt_tokens, mask, self.global_pool, self.text_pool, self.stripes_padding)), dim=-1)
 
     def itm_logits(self, fused: Tensor) -> Tensor:
         "B×L×D_T cross-encoder output -> B×2 match logits from its [CLS]."
@@ -356,6 +361,7 @@ class LoadReport:
 def xvlm_to_ours(state_dict: dict, model: Backbone) -> tuple[dict, list, list]:
     "Map X-VLM keys and tensors to this backbone's; returns (mapped, converted keys, dropped keys)."
     out, converted, dropped = {}, [], []
+    stripes_keys = {k for k in model.state_dict() if k.split('.')[0] in ('vision_proj', 'text_proj')}
     for k, v in state_dict.items():
         if _DROPPED.search(k): dropped.append(k); continue
         k = re.sub(r'^vision_encoder\.layers\.(\d+)\.downsample\.',
@@ -363,7 +369,10 @@ def xvlm_to_ours(state_dict: dict, model: Backbone) -> tuple[dict, list, list]:
         if k.split('.')[0] == 'text_pool' and getattr(model, 'text_pool', None) is None: dropped.append(k); continue
         if k.split('.')[0] in ('vision_proj', 'text_proj'):
             head = getattr(model, k.split('.')[0], None)
-            if model.global_pool == 'stripes' or head is None: dropped.append(k); continue   # no such head (e.g. SeDA's STP replaces it)
+            if head is None: dropped.append(k); continue                  # no such head (e.g. SeDA's STP replaces it)
+            if model.global_pool == 'stripes':                             # official CMP's BN → Dropout → Linear loads as it is; X-VLM's Linear has no counterpart
+                if k not in stripes_keys: dropped.append(k); continue
+                out[k] = v; continue
             ours = head.weight
             if model.global_pool == 'cls_avg' and k.endswith('.weight') and v.dim() == 2 and 2 * v.shape[1] == ours.shape[1]:
                 v = torch.cat([torch.zeros_like(v), v], 1); converted.append(k)   # [0 | W] on [AVG; CLS]
@@ -372,9 +381,8 @@ def xvlm_to_ours(state_dict: dict, model: Backbone) -> tuple[dict, list, list]:
 
 def _outside(keys, patterns): return [k for k in keys if not any(fnmatch.fnmatchcase(k, p) for p in patterns)]
 
-def load_xvlm_checkpoint(model: Backbone, path, allow_missing: tuple = (),
-                         allow_unexpected: tuple = XVLM_UNEXPECTED) -> LoadReport:
-    "Load a local X-VLM-style `.th/.pth` (or `.safetensors`) into `model`, mapping keys explicitly and asserting shapes."
+def read_state_dict(path) -> dict:
+    "The state dict of a local `.th/.pth` (read with weights_only=True; under 'model' or at the top) or `.safetensors` file."
     path = Path(path)
     if path.suffix == '.safetensors':
         from safetensors.torch import load_file
@@ -382,6 +390,16 @@ def load_xvlm_checkpoint(model: Backbone, path, allow_missing: tuple = (),
     else: raw = torch.load(path, map_location='cpu', weights_only=True)
     sd = raw.get('model', raw) if isinstance(raw, dict) else None
     if not isinstance(sd, dict): raise ValueError(f"{path}: expected a state dict (optionally under 'model'), got {type(raw).__name__}")
+    return sd
+
+def load_xvlm_checkpoint(model: Backbone, path, allow_missing: tuple = (),
+                         allow_unexpected: tuple = XVLM_UNEXPECTED) -> LoadReport:
+    "Load a local X-VLM-style `.th/.pth` (or `.safetensors`) into `model`, mapping keys explicitly and asserting shapes."
+    return load_xvlm_state_dict(model, read_state_dict(path), path, allow_missing, allow_unexpected)
+
+def load_xvlm_state_dict(model: Backbone, sd: dict, path, allow_missing: tuple = (),
+                         allow_unexpected: tuple = XVLM_UNEXPECTED) -> LoadReport:
+    "Load an X-VLM-layout state dict (read from `path`, named in errors) into `model`: `load_xvlm_checkpoint` after reading."
     mapped, converted, dropped = xvlm_to_ours(sd, model)
     ours = model.state_dict()
     for a, b in _TIED:                                  # tied copies: either name may be stored

@@ -8,10 +8,11 @@ import torch
 from torch import nn
 
 from ..config import OptimConfig
+from ..models.official import official_lr_mult_names
 
 # %% auto #0
-__all__ = ['NORM_LAYERS', 'SCHEDULES', 'no_decay_ids', 'cross_ids', 'param_groups', 'build_optimizer', 'lr_factor',
-           'build_scheduler']
+__all__ = ['NORM_LAYERS', 'LR_MULT_SCOPES', 'SCHEDULES', 'no_decay_ids', 'cross_ids', 'param_groups', 'official_ids',
+           'build_optimizer', 'lr_factor', 'build_scheduler']
 
 # %% ../../nbs/40a_schedule.ipynb #aad30838
 NORM_LAYERS = (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm)
@@ -51,9 +52,19 @@ def param_groups(model: nn.Module,               # the method (or any module)
                  name=('decay' if decay else 'no_decay') + (f'_{k}' if k else ''))
             for (decay, k), ps in groups.items() if ps and (k or lr_mult_base > 0)]   # μ_cross 0 keeps its groups at lr 0, as before
 
+LR_MULT_SCOPES = ('new', 'official')   # valid OptimConfig.lr_mult_scope values
+
+def official_ids(model: nn.Module) -> set[int]:
+    "ids of the parameters the official CMP code trains at lr × lr_mult (`official_lr_mult_names`, 11a_official) of a method (or a bare backbone)."
+    bb = getattr(model, 'backbone', model)
+    params = dict(model.named_parameters()) if bb is not model else {f'backbone.{n}': p for n, p in model.named_parameters()}
+    return {id(params[n]) for n in official_lr_mult_names(bb, getattr(model, 'pose_branch', None))}
+
 def build_optimizer(model: nn.Module, optim: OptimConfig, new_ids: set[int] = frozenset()) -> torch.optim.AdamW:
     "AdamW over `param_groups` with the betas of `optim` (the cross groups only when `lr_mult_cross` ≠ 1, so that older runs resume)."
     if optim.lr <= 0 or optim.weight_decay < 0: raise ValueError(f"need lr > 0 and weight_decay >= 0, got {optim.lr}, {optim.weight_decay}")
+    if optim.lr_mult_scope not in LR_MULT_SCOPES: raise ValueError(f"unknown lr_mult_scope {optim.lr_mult_scope!r}; valid: {LR_MULT_SCOPES}")
+    if optim.lr_mult_scope == 'official': new_ids = set(new_ids) | official_ids(model)   # the official set, and whatever the checkpoint lacks
     if min(optim.lr_mult_cross, optim.lr_mult_base) < 0: raise ValueError(f"need lr_mult_cross >= 0 and lr_mult_base >= 0, got {optim.lr_mult_cross}, {optim.lr_mult_base}")
     cross = cross_ids(model) if optim.lr_mult_cross != 1 or optim.lr_mult_base != 1 else frozenset()
     return torch.optim.AdamW(param_groups(model, optim.lr, optim.weight_decay, new_ids, optim.lr_mult_new, cross, optim.lr_mult_cross, optim.lr_mult_base),

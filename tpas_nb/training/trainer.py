@@ -22,15 +22,18 @@ from ..config import RunConfig
 from ..data.pab import PABFolder, PABTrainDataset, TrainCollate, pab_tokenizer, resolve_synonyms
 from ..eval.benchmark import evaluate_split
 from ..methods.base import ITM_SCORES
-from ..models.encoders import check_checkpoint_vocab, load_xvlm_checkpoint, resolve_checkpoint
+from ..models.encoders import LoadReport, check_checkpoint_vocab, load_xvlm_state_dict, read_state_dict, resolve_checkpoint
+from ..models.official import load_cmp_state_dict
+from ..methods.seda import load_seda_state_dict
 from ..runs import Run, RunFolder, file_digest, load_state, load_weights, resolve_data_root, save_state, save_weights, vocab_list
 from .order import _mix, SeededItems, micro_batches
 from .schedule import build_optimizer, build_scheduler
 
 # %% auto #0
-__all__ = ['rng_state', 'set_rng_state', 'make_accelerator', 'run_vocab', 'val_summary', 'better', 'TrainState', 'Callback',
-           'progress_line', 'check_run_config', 'RunSetup', 'setup_run', 'setup_model', 'TrainData', 'train_data',
-           'CancelFit', 'Trainer', 'ResumeCB', 'LogCB', 'ValidateCB', 'StopAfterCB', 'CheckpointCB', 'ProgressCB']
+__all__ = ['rng_state', 'set_rng_state', 'make_accelerator', 'load_init_weights', 'run_vocab', 'val_summary', 'better',
+           'TrainState', 'Callback', 'progress_line', 'check_run_config', 'RunSetup', 'setup_run', 'setup_model',
+           'TrainData', 'train_data', 'CancelFit', 'Trainer', 'ResumeCB', 'LogCB', 'ValidateCB', 'StopAfterCB',
+           'CheckpointCB', 'ProgressCB']
 
 # %% ../../nbs/40c_trainer.ipynb #ae77ab8f
 def rng_state() -> dict:
@@ -71,14 +74,23 @@ def _peak_memory_mib() -> dict:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == 'darwin' else 2**10)
     return dict(cpu_rss=round(rss, 1), cuda_allocated=round(torch.cuda.max_memory_allocated() / 2**20, 1) if torch.cuda.is_available() else None)
 
+def load_init_weights(method, path) -> LoadReport:
+    "Load a checkpoint into `method` by its layout: official SeDA (STP keys) or CMP (pose keys) through their loaders, any other as X-VLM's."
+    sd = read_state_dict(path)
+    if any(k.startswith(('decoupled_linear_', 'modality_proj_')) for k in sd): return load_seda_state_dict(method, sd, path)   # 21_seda
+    if any(k.startswith(('pose_block.', 'pose_conv.')) for k in sd):                                                          # 11a_official
+        return load_cmp_state_dict(method.backbone, getattr(method, 'pose_branch', None), sd, path)
+    return load_xvlm_state_dict(method.backbone, sd, path)
+
 def _init_checkpoint(method, config: RunConfig, tok, out: Path, write: bool) -> set[int]:
-    "Load `config.init_checkpoint` into method.backbone (load_xvlm_checkpoint); returns the ids of parameters it did not load."
+    "Load `config.init_checkpoint` into the method (`load_init_weights`); returns the ids of parameters it did not load."
     if not hasattr(method, 'backbone'): raise ValueError("init_checkpoint needs a method with a .backbone (tpas_nb.models.encoders.Backbone)")
     path = resolve_checkpoint(config.init_checkpoint, config.preset)
     check_checkpoint_vocab(path, vocab_list(tok))
-    report = load_xvlm_checkpoint(method.backbone, path)
-    loaded = {id(method.backbone.get_parameter(k)) for k in report.matched + report.converted
-              if k in dict(method.backbone.named_parameters(remove_duplicate=False))}
+    report = load_init_weights(method, path)
+    bb, own = dict(method.backbone.named_parameters(remove_duplicate=False)), dict(method.named_parameters(remove_duplicate=False))
+    loaded = {id(bb[k]) for k in report.matched + report.converted if k in bb}                           # backbone names (X-VLM loader)
+    loaded |= {id(own[k]) for k in report.matched + report.converted if k in own}                         # the method's (pose_branch., image_stp.: official loaders)
     if hasattr(method, 'after_checkpoint'): loaded |= method.after_checkpoint()   # the method's layers that start from the checkpoint (GradCO's stream heads)
     if write:
         rep = asdict(report)
