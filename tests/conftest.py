@@ -14,3 +14,12 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason='slow: run with --runslow')
     for item in items:
         if 'slow' in item.keywords: item.add_marker(skip)
+
+@pytest.fixture
+def one_thread():
+    "Torch on one thread for the test (restored after): the CPU model tests, next to other work on two cores."
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

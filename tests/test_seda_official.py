@@ -16,12 +16,7 @@ SEDA = json.loads((FIX / 'seda_official_keys.json').read_text())
 STP_MODULES = set(OFFICIAL_STP)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('one_thread')   # tests/conftest.py: torch on one thread for each test
 
 
 def small_backbone() -> BackboneConfig:

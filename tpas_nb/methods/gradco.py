@@ -338,7 +338,7 @@ class GradCO(Method):
     def itm_negatives(self, enc: GradCOEncoded, idx: Tensor, temp: Tensor) -> tuple[Tensor, Tensor]:
         "Our reading: drawn ∝ softmax(S_final/τ') from this process's block (τ' = itm_neg_temp, or the learnt τ); D#11: X-VLM's draw on the retrieval features."
         if not self.cfg.hia_agg_feat: return super().itm_negatives(enc, idx, temp)
-        return sample_itm_negatives(self.local(self.contrastive_scores(enc), (0, 1)), idx, self.cfg.itm_neg_temp or temp)
+        return sample_itm_negatives(self.local(self.contrastive_scores(enc), (0, 1)), idx, self.cfg.itm_neg_temp or temp, floor=self.cfg.itm_neg_floor)
 
     def default_losses(self) -> list[Loss]:
         "The base's losses on GradCO's scores and cross-encoder inputs, then L_dir (`DirLoss`)."
