@@ -13,9 +13,13 @@ def markdown_out(cell) -> str:
     return '\n\n'.join(''.join(o['data']['text/markdown']).strip() for o in cell.get('outputs', [])
                        if 'text/markdown' in o.get('data', {}))
 
+def hidden(cell) -> bool: return cell['cell_type'] == 'code' and ''.join(cell['source']).lstrip().startswith('#| hide')
+
 def introduces_figure(i) -> bool:
-    "A markdown cell followed by a code cell that shows no Markdown (a figure for the docs site)."
-    return i + 1 < len(cells) and cells[i + 1]['cell_type'] == 'code' and not markdown_out(cells[i + 1])
+    "A markdown cell followed (past hidden cells, such as imports) by a code cell that shows no Markdown (a figure for the docs site)."
+    j = i + 1
+    while j < len(cells) and hidden(cells[j]): j += 1
+    return j < len(cells) and cells[j]['cell_type'] == 'code' and not markdown_out(cells[j])
 
 keep = []
 for i, c in enumerate(cells):

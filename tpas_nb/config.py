@@ -157,6 +157,7 @@ class RunConfig:
     mixed_precision: str = 'auto'   # 'auto' (bf16 on GPUs), 'no' or 'bf16'
     k_test: int = 128               # ITM re-ranking depth at evaluation
     itm_score: str = 'logit'        # what orders the top k: 'logit' l_1 (official codes) or 'probability' σ(l_1 − l_0) (CMP's text); 20_base
+    score_fusion: str = 'itm'       # the re-ranked scores: 'itm' (the papers' text) or 'itm+itc' (official CMP code: min-max ITM + 0.002 · min-max ITC); 30_retrieval
     wise_alpha: float = 1.0         # WiSE-FT at the end: θ = (1−α)·θ_start + α·θ_selected; 1 = the fine-tuned weights (40_training)
     eval_batch: int = 64            # images / captions per embedding call at evaluation
     val_every: int = 1              # evaluate on `val` every this many epochs (and after the last step)
@@ -281,6 +282,7 @@ _OFFICIAL_OVER_PAPER = [   # where the official CMP code's run differs from the 
     ('*', 'optim.schedule', 'step', f"{_CMP_CODE}: configs/cmp.yaml schedular sched step (scheduler.py: ×1, ×0.5, ×0.2 of the linear decay after 4 and 7 warm-ups)"),
     ('*', 'data.eda_p', 1.0, f'{_CMP_CODE}: configs/cmp.yaml eda_p 1; train.py adds 0.8 × the ITC and ITM of the EDA copies (03a_eda)'),
     ('*', 'data.paired', False, f'{_CMP_CODE}: Search.py draws records with a random sampler and loads each counterpart beside its record'),
+    ('*', 'score_fusion', 'itm+itc', f'{_CMP_CODE}: Search.py evaluation adds 0.002 × the min-max ITC similarity to the min-max ITM score of the top k (30_retrieval; runs/parity)'),
     ('seda', 'method_args.global_pool', '', f'{_SEDA_CODE}: STP replaces the global pooling (21_seda)'),
     ('seda', 'method_args.stripes_padding', False, f'{_SEDA_CODE}: no stripes to pool (STP reads the tokens)'),
     ('gradco', 'data.paired', True, 'GradCO has no public code: its counterpart batches (24_gradco, our reading) need both records of a person in one batch'),

@@ -629,7 +629,7 @@ def evaluate_replicas(run_dir,                      # a finished grid run (metri
         for s in todo:
             folder, name = split_folder(run.data_root, s)
             m['splits'][s] = evaluate_split(method, folder, name, run.tokenizer, run.max_len, c.k_test, c.eval_batch,
-                                            progress=progress, itm_score=c.itm_score)
+                                            progress=progress, itm_score=c.itm_score, score_fusion=c.score_fusion)
         m['replicas_wall_s'] = round(m.get('replicas_wall_s', 0.0) + time.time() - t0, 1)
     f.write_json('metrics', m)
     return todo

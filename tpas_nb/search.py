@@ -16,17 +16,16 @@ from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from .data.pab import PABError, PABFolder, PairTransform
+from .data.pab import IMAGE_EXTS, PABError, PABFolder, PairTransform, image_files
 from .eval.retrieval import embed_gallery, embed_queries, rank, similarity
 from .runs import Run, RunError, atomic_write, synth_cache_dir
 
 # %% auto #0
-__all__ = ['IMAGE_EXTS', 'CACHE_DIR', 'POSE_DIR', 'CACHE_VERSION', 'MAX_QUERY', 'DEFAULT_PORT', 'SHARING_HELP', 'SearchError',
-           'run_key', 'load_run', 'find_images', 'read_image', 'GalleryFolder', 'pose_folder', 'image_signatures',
-           'read_cache', 'peak_rss_mb', 'Searcher', 'plot_results', 'explorer', 'search_page', 'is_loopback',
-           'token_cookie', 'given_token', 'token_refusal', 'require_token', 'index_root', 'allowed_folder', 'inside',
-           'pab_records', 'IndexedFolder', 'json_errors', 'file_routes', 'make_app', 'bind', 'Served', 'serve',
-           'search_cli']
+__all__ = ['CACHE_DIR', 'POSE_DIR', 'CACHE_VERSION', 'MAX_QUERY', 'DEFAULT_PORT', 'SHARING_HELP', 'SearchError', 'run_key',
+           'load_run', 'find_images', 'read_image', 'GalleryFolder', 'pose_folder', 'image_signatures', 'read_cache',
+           'peak_rss_mb', 'Searcher', 'plot_results', 'explorer', 'search_page', 'is_loopback', 'token_cookie',
+           'given_token', 'token_refusal', 'require_token', 'index_root', 'allowed_folder', 'inside', 'pab_records',
+           'IndexedFolder', 'json_errors', 'file_routes', 'make_app', 'bind', 'Served', 'serve', 'search_cli']
 
 # %% ../nbs/50_search.ipynb #c7bbaee7
 class SearchError(Exception):
@@ -54,8 +53,7 @@ def load_run(run_dir, device='cpu') -> tuple:
     return run, method, weights
 
 # %% ../nbs/50_search.ipynb #22085a89
-IMAGE_EXTS = ('.jpg', '.jpeg', '.png', '.webp')
-CACHE_DIR, POSE_DIR = '.tpas_cache', 'pose'      # names of the cache and pose subfolders of an image folder
+CACHE_DIR, POSE_DIR = '.tpas_cache', 'pose'      # names of the cache and pose subfolders of an image folder (`image_files`, 04_pab, leaves pose/ out)
 
 def find_images(folder,                # the image folder
                 exclude=(),            # folders whose images are not indexed (besides hidden ones and folder/pose)
@@ -63,13 +61,7 @@ def find_images(folder,                # the image folder
     "Relative paths of the images under `folder` (recursive, sorted), without hidden folders and pose/."
     folder = Path(folder)
     if not folder.is_dir(): raise SearchError(f"{folder}: image folder not found")
-    skip = {Path(os.path.abspath(p)) for p in (*exclude, folder / POSE_DIR)}
-    out = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        d = Path(dirpath)
-        dirnames[:] = [n for n in dirnames if not n.startswith('.') and Path(os.path.abspath(d / n)) not in skip]
-        out += [(d / n).relative_to(folder).as_posix() for n in filenames if n.lower().endswith(IMAGE_EXTS)]
-    return sorted(out)
+    return image_files(folder, exclude)                # IMAGE_EXTS, recursive (04_pab)
 
 # %% ../nbs/50_search.ipynb #c228ede6
 def read_image(path) -> Image.Image:

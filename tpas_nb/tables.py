@@ -25,8 +25,9 @@ __all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PA
            'collect_rounds', 'paired', 'published_value', 'verdict', 'rerank_fails', 'verdicts', 'p_text',
            'effect_words', 'effect_label', 'effects', 'effect_table', 'effect_sentence', 'claim_sentence',
            'published_arm', 'order_sentence', 'prediction_delta', 'agreement', 'prediction_table', 'agreement_counts',
-           'prediction_markdown', 'prediction_sentences', 'plot_predictions', 'rerank_summary', 'plot_rerank',
-           'seed_spread', 'blind_test_left', 'loss_shares', 'markdown_table']
+           'prediction_markdown', 'prediction_sentences', 'arm_change', 'rounds_beside', 'interval_text',
+           'plot_predictions', 'rerank_summary', 'plot_rerank', 'seed_spread', 'blind_test_left', 'loss_shares',
+           'markdown_table']
 
 # %% ../nbs/95_tables.ipynb #813401c8
 CSV_PATH = Path(tpas_nb.__file__).parent / 'paper_tables.csv'   # package data (MANIFEST.in)
@@ -550,6 +551,64 @@ def prediction_sentences(pt: pd.DataFrame) -> list[str]:
                  for rank in ('re-ranked', 'ITC alone') if (paper, rank) in ac.index]
         out.append(f"**{paper}** ({(pt.paper == paper).sum()} predictions): " + '; '.join(parts) + '.')
     return out
+
+# %% ../nbs/95_tables.ipynb #62cf3482
+def _interval(x: pd.Series) -> dict:
+    "n, mean and the 95 % Student's t interval of paired differences."
+    x = x.dropna(); n = len(x)
+    if not n: return dict(n=0, delta=np.nan, lo=np.nan, hi=np.nan)
+    half = t_half_width(float(x.std(ddof=1)), n) if n > 1 else np.nan
+    return dict(n=n, delta=float(x.mean()), lo=float(x.mean() - half), hi=float(x.mean() + half))
+
+def _by_seed(d: pd.DataFrame, grid: str, arm: str, metric: str) -> pd.Series:
+    "`metric` of one arm per seed (empty where the round lacks the arm or the metric)."
+    r = d[(d.grid == grid) & (d.arm == arm)] if metric in d else d.iloc[:0]
+    return r.set_index('seed')[metric].astype(float) if len(r) else pd.Series(dtype=float)
+
+def arm_change(before: pd.DataFrame,     # collect() rows of the earlier round
+               after: pd.DataFrame,      # collect() rows of the later round (same kind of data)
+               metrics=('test4_R1', 'test4_itc_R1'),
+              ) -> pd.DataFrame:         # rows (grid, arm); per metric: before, after, change, its 95 % interval and n
+    "Each arm run in both rounds: its mean in each over the seeds run in both, and the change after − before, paired by seed."
+    rows = []
+    for (g, a) in dict.fromkeys(zip(after.grid, after.arm)):
+        if not ((before.grid == g) & (before.arm == a)).any(): continue
+        row = {'grid': g, 'arm': a}
+        for m in metrics:
+            b, f = _by_seed(before, g, a, m), _by_seed(after, g, a, m)
+            both = (f - b).dropna().index
+            b, f = b.loc[both], f.loc[both]
+            r = _interval(f - b)
+            row.update({f'{m}: before': b.mean(), f'{m}: after': f.mean(), f'{m}: change': r['delta'],
+                        f'{m}: 95 %': (r['lo'], r['hi']), f'{m}: n': r['n']})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index(['grid', 'arm']) if rows else pd.DataFrame()
+
+def rounds_beside(before: pd.DataFrame, after: pd.DataFrame, predictions=PREDICTIONS,
+                  names=('round one', 'round two'), test: str = 'test4') -> pd.DataFrame:
+    "Per prediction and ranking: its delta in each round (paired by seed, 95 % interval) and the change of the delta, paired by seed over the seeds of all four arm-rounds."
+    rows = []
+    for c in predictions:
+        for rank, m in (('re-ranked', c['metric']), ('ITC alone', c.get('metric_itc'))):
+            if m is None: continue
+            m = test + m[4:] if m.startswith('test_') and test + m[4:] in after else m
+            row = {'paper': c['paper'], 'claim': c['claim'], 'comparison': f"{c['arm']} − {c['base']} ({c['grid']})", 'ranking': rank,
+                   "paper's Δ": round(prediction_delta(c), 2)}
+            deltas = {}
+            for name, d in zip(names, (before, after)):
+                deltas[name] = _by_seed(d, c['grid'], c['arm'], m) - _by_seed(d, c['grid'], c['base'], m)
+                r = _interval(deltas[name])
+                row.update({f'{name}: Δ': r['delta'], f'{name}: 95 %': (r['lo'], r['hi']), f'{name}: n': r['n']})
+            r = _interval((deltas[names[1]] - deltas[names[0]]).dropna())
+            row.update({'change': r['delta'], 'change: 95 %': (r['lo'], r['hi']), 'change: n': r['n']})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+def interval_text(delta: float, lo_hi: tuple, n: int, decimals: int = 2) -> str:
+    "'+1.23 [+0.50, +1.96] (n=3)'; '' without runs, no interval for one."
+    f = lambda x: f'{x:+.{decimals}f}'
+    if not n: return ''
+    return f"{f(delta)} [{f(lo_hi[0])}, {f(lo_hi[1])}] (n={n})" if n > 1 else f"{f(delta)} (n=1)"
 
 # %% ../nbs/95_tables.ipynb #9d3b7c15
 def plot_predictions(pt: pd.DataFrame,          # rows of prediction_table (several tables concatenated)

@@ -24,6 +24,9 @@ FIXES = {'scale': {'top_gate_scale': True}, 'raw': {'anchor_space': 'raw'}, 'bot
 ARMS = {'full': {}, 'no_anchors': {'anchors': False}, 'no_ldir': {'gamma': 0.0}}   # GRADCO_ARMS 'full', 'D#8', 'D#7'
 VARIANTS = {f'{a}' if f == 'old' else f'{a}+{f}': {**sa, **sf} for a, sa in ARMS.items() for f, sf in {'old': {}, **FIXES}.items()}
 VARIANTS['full+both+mult2'] = {**FIXES['both'], 'lr_mult_new': 2.0}   # the new layers' lr × 2, the official X-VLM / CMP code's lr_mult (profile 'paper')
+for _a in ('full', 'no_ldir'):   # the anchors without their query residual (23_col, query_residual; Fig. 7), beside +scale
+    VARIANTS[f'{_a}+scale+nores'] = {**ARMS[_a], **FIXES['scale'], 'anchor_query_residual': False}
+    VARIANTS[f'{_a}+scale+ortho'] = {**ARMS[_a], **FIXES['scale'], 'anchor_ortho': True}   # Δ ⟂ f^T − f^I in training (23_col, orthogonal_anchors)
 
 def measure(variant: str, steps: int, seed: int = 0, every: int = 4, last: int = 50) -> dict:
     flat = {'method': 'gradco', 'seed': seed, 'max_steps': steps, 'log_stats': True, **GRID, **VARIANTS[variant]}

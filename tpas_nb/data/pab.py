@@ -4,7 +4,7 @@
 
 # %% ../../nbs/04_pab.ipynb #5dcff184
 from __future__ import annotations
-import argparse, hashlib, json, math, random, re, sys
+import argparse, hashlib, json, math, os, random, re, sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +20,11 @@ from .weather import WEATHERS
 
 # %% auto #0
 __all__ = ['TRAIN_FIELDS', 'COUNTERPART_FIELDS', 'TEST_FIELDS', 'SUB_KEYS', 'PAB_STATS', 'TRAIN_SPLITS', 'POSE_READERS',
-           'SPECIALS', 'SYNTHPAB_VOCAB', 'MEAN', 'STD', 'PABError', 'read_pab', 'check_image', 'pose_methods',
-           'PABFolder', 'build_vocab', 'make_tokenizer', 'synthpab_vocab', 'pab_tokenizer', 'PairTransform',
-           'person_units', 'subset_positions', 'subset_manifest', 'PABTrainDataset', 'PABTestDataset', 'TrainCollate',
-           'resolve_synonyms', 'split_stats', 'has_pose_maps', 'pose_note', 'validate_pab', 'validate_cli']
+           'SPECIALS', 'SYNTHPAB_VOCAB', 'MEAN', 'STD', 'IMAGE_EXTS', 'PABError', 'read_pab', 'check_image',
+           'pose_methods', 'PABFolder', 'build_vocab', 'make_tokenizer', 'synthpab_vocab', 'pab_tokenizer',
+           'PairTransform', 'person_units', 'subset_positions', 'subset_manifest', 'PABTrainDataset', 'PABTestDataset',
+           'TrainCollate', 'resolve_synonyms', 'image_files', 'split_stats', 'has_pose_maps', 'pose_note',
+           'validate_pab', 'validate_cli']
 
 # %% ../../nbs/04_pab.ipynb #62a25e51
 class PABError(ValueError):
@@ -444,6 +445,23 @@ def resolve_synonyms(folder: PABFolder, path: str = '') -> dict:
         raise PABError(f"{folder.root}: EDA on real PAB needs a synonym file (data.eda_synonyms; one synonym set per line, "
                        "members separated by commas, 03a_eda)")
     return synthpab_synonyms()
+
+# %% ../../nbs/04_pab.ipynb #143b8c34
+IMAGE_EXTS = ('.jpg', '.jpeg', '.png', '.webp')   # the image files a folder walk picks up (any case)
+
+def image_files(folder,          # a folder of images (searched recursively)
+                exclude=(),      # folders to leave out besides hidden ones and folder/pose
+               ) -> list[str]:   # sorted posix paths relative to `folder`
+    "The image files under `folder` (recursive, sorted), without hidden folders, its pose/ folder and `exclude`."
+    folder = Path(folder)
+    if not folder.is_dir(): raise NotADirectoryError(f"{folder}: not a folder")
+    skip = {Path(os.path.abspath(p)) for p in (*exclude, folder / 'pose')}
+    out = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        d = Path(dirpath)
+        dirnames[:] = [n for n in dirnames if not n.startswith('.') and Path(os.path.abspath(d / n)) not in skip]
+        out += [(d / n).relative_to(folder).as_posix() for n in filenames if n.lower().endswith(IMAGE_EXTS)]
+    return sorted(out)
 
 # %% ../../nbs/04_pab.ipynb #60321c08
 def split_stats(folder: PABFolder, split: str) -> dict:

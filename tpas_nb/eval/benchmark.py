@@ -151,7 +151,7 @@ def benchmark_run(run_dir,                 # a run folder of tpas_nb.train (conf
                    cached=dict(gallery=g_cached, queries=q_cached), seconds=dict(embed=round(time.time() - t0, 3)))
         for k in [k for k in ks if k] or [0]:
             r = evaluate(method, ds, tok, max_len, k_test=k, batch_size=B, device=device, progress=progress, img_emb=img, txt_emb=txt,
-                         itm_score=score)
+                         itm_score=score, score_fusion=config.score_fusion)
             res['rankings'].setdefault('itc', r.pop('itc'))
             if k: res['rankings'][ranking_name(k)] = {e: r[e] for e in ('all', 'normal', 'anomaly', 'identity', 'hard_pair_acc')}
             res['seconds'][ranking_name(k)] = r['seconds']
@@ -175,12 +175,14 @@ def evaluate_split(method,                 # a Method on `device`
                    accelerator=None,       # shards the evaluation when it has several processes
                    progress: bool = False,
                    itm_score: str = 'logit', # what orders the top k (`rank`)
+                   score_fusion: str = 'itm', # the re-ranked scores: 'itm' | 'itm+itc' (`fuse_scores`)
                   ) -> dict:               # `evaluate`'s result
     "Retrieval metrics of `method` on one test-format split of a PAB folder."
     ds = PABTestDataset(folder, split, img_size=method.backbone.img_size, pose=method.needs_pose)
     multi = accelerator is not None and accelerator.num_processes > 1
     return evaluate(method, ds, tokenizer, max_len, k_test=k_test, batch_size=batch_size, device=device,
-                    progress=progress, accelerator=accelerator if multi else None, itm_score=itm_score)
+                    progress=progress, accelerator=accelerator if multi else None, itm_score=itm_score,
+                    score_fusion=score_fusion)
 
 def evaluate_run(run_dir,                  # a folder written by `train`
                  splits=('test',),         # split names of PABFolder (test, ucc, val, weather:<name>)
@@ -198,7 +200,7 @@ def evaluate_run(run_dir,                  # a folder written by `train`
     method = run.load_method(weights, device, method)
     k = run.config.k_test if k_test is None else k_test
     return {s: evaluate_split(method, run.folder, s, run.tokenizer, run.max_len, k, run.config.eval_batch, device, accelerator, progress,
-                           itm_score or run.config.itm_score)
+                           itm_score or run.config.itm_score, run.config.score_fusion)
             for s in splits}
 
 # %% ../../nbs/32_protocols.ipynb #8bc827ae

@@ -13,7 +13,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from ..config import RunConfig
-from ..data.pab import PABError, PABFolder, PABTestDataset
+from ..data.pab import IMAGE_EXTS, PABError, PABFolder, PABTestDataset, image_files
 from ..data.synth import make_synthpab
 from .retrieval import embed_gallery, embed_queries, rank, similarity, split_metrics
 from .benchmark import ranking_name, resolve_splits, texts_digest
@@ -21,11 +21,10 @@ from ..methods.base import ITM_SCORES
 from ..runs import Run, atomic_write
 
 # %% auto #0
-__all__ = ['SUBSET_01M', 'LEADERBOARD_PROTOCOLS', 'DISTRACTOR_EXTS', 'TRACK4_K', 'training_scale', 'leaderboard_protocol',
-           'leaderboard_table', 'split_embeddings', 'distractor_files', 'ImageFiles', 'DistractorGallery',
-           'make_distractor_folder', 'Ranking', 'distractor_embeddings', 'rank_splits', 'AnswerError',
-           'write_query_index', 'write_answer', 'read_query_index', 'read_answer', 'score_answer', 'answer_names',
-           'write_track4']
+__all__ = ['SUBSET_01M', 'LEADERBOARD_PROTOCOLS', 'TRACK4_K', 'training_scale', 'leaderboard_protocol', 'leaderboard_table',
+           'split_embeddings', 'distractor_files', 'ImageFiles', 'DistractorGallery', 'make_distractor_folder',
+           'Ranking', 'distractor_embeddings', 'rank_splits', 'AnswerError', 'write_query_index', 'write_answer',
+           'read_query_index', 'read_answer', 'score_answer', 'answer_names', 'write_track4']
 
 # %% ../../nbs/33_leaderboard.ipynb #c98af796
 SUBSET_01M = 100_000   # data.train_subset of the 0.1M protocol
@@ -103,21 +102,13 @@ def split_embeddings(run: Run, method, split: str,
     return ds, img, txt, dict(gallery=g_read, queries=q_read)
 
 # %% ../../nbs/33_leaderboard.ipynb #7e36dcbf
-DISTRACTOR_EXTS = ('.jpg', '.jpeg', '.png', '.webp')
-
 def distractor_files(folder,          # a folder of images (searched recursively)
                      exclude=(),      # folders to leave out besides hidden ones and folder/pose
                     ) -> list[str]:   # sorted posix paths relative to `folder`
-    "The image files under `folder`, without hidden folders and its pose/ folder."
+    "The image files under `folder` (`image_files`, 04_pab: IMAGE_EXTS, without hidden folders and its pose/ folder)."
     folder = Path(folder)
     if not folder.is_dir(): raise PABError(f"{folder}: distractor folder not found")
-    skip = {Path(os.path.abspath(p)) for p in (*exclude, folder / 'pose')}
-    out = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        d = Path(dirpath)
-        dirnames[:] = [n for n in dirnames if not n.startswith('.') and Path(os.path.abspath(d / n)) not in skip]
-        out += [(d / n).relative_to(folder).as_posix() for n in filenames if n.lower().endswith(DISTRACTOR_EXTS)]
-    return sorted(out)
+    return image_files(folder, exclude)
 
 class ImageFiles(Dataset):
     "Image files (and their pose maps) as gallery items: dict(image 3×S×S, index[, pose 3×S×S])."
@@ -164,7 +155,7 @@ class DistractorGallery(Dataset):
         self.folder, self.pose_dir = Path(folder) if folder is not None else None, None
         paths = distractor_files(self.folder, exclude=[pose] if pose is not None else []) if folder is not None else []
         if folder is not None and not paths:
-            raise PABError(f"{self.folder}: no distractor images ({', '.join(DISTRACTOR_EXTS)}) in this folder or its subfolders")
+            raise PABError(f"{self.folder}: no distractor images ({', '.join(IMAGE_EXTS)}) in this folder or its subfolders")
         self.paths, n = paths, len(paths)
         files = [self.folder / p for p in paths]
         pose_files = self._pose_files(paths, pose) if self.pose and n else None

@@ -15,8 +15,8 @@ from ..models.attention import CrossAttention
 
 # %% auto #0
 __all__ = ['DIRECTIONS', 'offloaded_similarity', 'sim_infonce', 'col_loss', 'cosine_grad', 'col_text_grad', 'col_anchor_grad',
-           'OffloadAnchor', 'anchor_cost', 'gradient_conflict', 'attraction_repulsion', 'conflict_rate',
-           'anchor_directions', 'direction_diversity']
+           'OffloadAnchor', 'anchor_cost', 'orthogonal_anchors', 'gradient_conflict', 'attraction_repulsion',
+           'conflict_rate', 'anchor_directions', 'direction_diversity']
 
 # %% ../../nbs/23_col.ipynb #687c032b
 def offloaded_similarity(txt_feat:Tensor,         # B×E text features f^T (one expert stream)
@@ -103,8 +103,10 @@ def col_anchor_grad(f_t:Tensor, f_i:Tensor, delta:Tensor, tau:float|Tensor, dire
 # %% ../../nbs/23_col.ipynb #34aa28c5
 class OffloadAnchor(nn.Module):
     "Δ_ij: pair queries f^T_i − f^I_j attend to the image stream tokens U^I_j (one pre-norm transformer block)."
-    def __init__(self, embed_dim: int, token_dim: int, heads: int = 4, mlp_ratio: int = 2, init_norm: float = 0.1):
+    def __init__(self, embed_dim: int, token_dim: int, heads: int = 4, mlp_ratio: int = 2, init_norm: float = 0.1,
+                 query_residual: bool = True):   # h = q + MHA(…) (our first reading); False: h = MHA(…), values from U^I_j alone
         super().__init__()
+        self.query_residual = query_residual
         self.kv = nn.Linear(token_dim, embed_dim)                 # W_kv: D_I -> E
         self.ln_q, self.ln_kv, self.ln_ff, self.ln_out = (nn.LayerNorm(embed_dim) for _ in range(4))
         self.attn = CrossAttention(embed_dim, heads, init='mha')
@@ -121,7 +123,8 @@ class OffloadAnchor(nn.Module):
         "Anchors of every (text i, image j) pair."
         q = txt_feat[None, :, :] - img_feat[:, None, :]                           # G×B×E, f^T_i − f^I_j (image j is the batch)
         kv = self.ln_kv(self.kv(img_tokens))                                      # G×P×E
-        h = q + self.attn(self.ln_q(q), kv).out                                   # G×B×E
+        h = self.attn(self.ln_q(q), kv).out                                       # G×B×E
+        if self.query_residual: h = q + h
         h = h + self.ff(self.ln_ff(h))                                            # G×B×E
         return self.out(self.ln_out(h)).transpose(0, 1)                           # B×G×E
 
@@ -129,6 +132,15 @@ def anchor_cost(B: int, G: int, E: int, P: int, heads: int = 4, mlp_ratio: int =
     "Activation elements of one OffloadAnchor call (per stream), by tensor."
     return {'queries, block states, Δ (B·G·E each, ×4)': 4 * B * G * E, 'FFN hidden (B·G·mlp·E)': B * G * mlp_ratio * E,
             'attention weights (B·G·heads·P)': B * G * heads * P, 'keys/values (G·P·E, ×2)': 2 * G * P * E}
+
+# %% ../../nbs/23_col.ipynb #19d42f54
+def orthogonal_anchors(delta: Tensor,   # B×G×E anchors Δ_ij
+                       txt_feat: Tensor,  # B×E text features f^T (as the anchors read them)
+                       img_feat: Tensor,  # G×E image features f^I
+                      ) -> Tensor:        # B×G×E, Δ_ij without its component along f^T_i − f^I_j
+    "The anchors with their component along the pair's difference f^T_i − f^I_j removed."
+    u = F.normalize(txt_feat[:, None, :] - img_feat[None, :, :], dim=-1)          # B×G×E
+    return delta - (delta * u).sum(-1, keepdim=True) * u
 
 # %% ../../nbs/23_col.ipynb #ad9698eb
 def gradient_conflict(grad_pos: Tensor, # B×F attraction gradients g⁺

@@ -15,7 +15,7 @@ from torch import nn, Tensor
 from ..config import BackboneConfig
 from ..models.encoders import CrossKV, cross_kv, itm_logits_cached, init_bert_weights, masked_mean, pool_image, pool_text
 from .base import Method, MethodConfig, MethodSpec, TokenIds, Encoded, Report, CrossText, Loss, match_score
-from .col import OffloadAnchor, offloaded_similarity, direction_diversity, anchor_directions, conflict_rate
+from .col import OffloadAnchor, offloaded_similarity, direction_diversity, anchor_directions, conflict_rate, orthogonal_anchors
 from ..objectives import sample_itm_negatives
 
 # %% auto #0
@@ -40,6 +40,8 @@ class GradCOConfig(MethodConfig):
     anchors: bool = True            # COL offload anchors (D#8: off, plain expert cosines)
     anchor_heads: int = 4           # attention heads of each OffloadAnchor
     anchor_mlp_ratio: int = 2       # FFN width of each OffloadAnchor, × E
+    anchor_query_residual: bool = True  # OffloadAnchor's h = q + MHA(…) (our first reading); False: h = MHA(…), Δ built from the image tokens (23_col; Fig. 7)
+    anchor_ortho: bool = False      # remove Δ_ij's component along f^T_i − f^I_j (23_col, orthogonal_anchors; Fig. 7's anchors are near orthogonal to it); False: our first reading
     gamma: float = 0.5              # γ, weight of L_dir (paper: 0.5; D#7: 0); the config's weights['dir']
     sigma: float = 2.0              # σ of L_dir
     hia_intent: bool = True         # HIA intent gate G_H (D#10: off, uniform weights 1/R)
@@ -236,7 +238,8 @@ class GradCO(Method):
         head = lambda side: BackboneHead(bb, side) if cfg.stream_heads == 'pretrained' else None
         self.image_moe = BehaviourMoE(width=bb.vision_width, pool='mean', head=head('image'), **moe) if cfg.image_experts else None
         self.text_moe = BehaviourMoE(width=bb.text_width, pool=cfg.text_pool, head=head('text'), **moe) if cfg.text_experts else None
-        self.anchors = nn.ModuleDict({s: OffloadAnchor(E, bb.vision_width, cfg.anchor_heads, cfg.anchor_mlp_ratio)
+        self.anchors = nn.ModuleDict({s: OffloadAnchor(E, bb.vision_width, cfg.anchor_heads, cfg.anchor_mlp_ratio,
+                                                            query_residual=cfg.anchor_query_residual)
                                       for s in cfg.streams}) if cfg.anchors else None
         self.intent_gate = nn.Linear(R * E, R) if cfg.hia_intent and R > 1 else None     # G^T_H
         if self.intent_gate is not None: init_bert_weights(self.intent_gate)
@@ -276,8 +279,9 @@ class GradCO(Method):
     def offload_anchors(self, txt_feats: Tensor, I: StreamOutput) -> Tensor:
         "Anchors Δ^r_ij of every stream from anchor-space features (`anchor_space`), R×B×G×E."
         img_feats = self.anchor_space(I.feats, I.norms)                            # G×R×E
-        return torch.stack([anc(txt_feats[:, r], img_feats[:, r], I.tokens[:, r if I.tokens.shape[1] > 1 else 0])
-                            for r, anc in enumerate(self.anchors.values())])
+        delta = [anc(txt_feats[:, r], img_feats[:, r], I.tokens[:, r if I.tokens.shape[1] > 1 else 0]) for r, anc in enumerate(self.anchors.values())]
+        if self.cfg.anchor_ortho: delta = [orthogonal_anchors(d, txt_feats[:, r], img_feats[:, r]) for r, d in enumerate(delta)]
+        return torch.stack(delta)
 
     def hia(self, txt_feats: Tensor,   # B×R×E text expert features (unit)
             I: StreamOutput,           # the image streams of G images

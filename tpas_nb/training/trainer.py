@@ -22,6 +22,7 @@ from ..config import RunConfig
 from ..data.pab import PABFolder, PABTrainDataset, TrainCollate, pab_tokenizer, resolve_synonyms
 from ..eval.benchmark import evaluate_split
 from ..methods.base import ITM_SCORES
+from ..eval.retrieval import FUSIONS
 from ..models.encoders import LoadReport, check_checkpoint_vocab, load_xvlm_state_dict, read_state_dict, resolve_checkpoint
 from ..models.official import load_cmp_state_dict
 from ..methods.seda import load_seda_state_dict
@@ -150,6 +151,7 @@ def progress_line(st: TrainState, total: int, epoch: int, epochs: int, B: int, l
 def check_run_config(config: RunConfig) -> RunConfig:
     "Refuse, before hours of training, what only the final evaluation would find wrong."
     if config.itm_score not in ITM_SCORES: raise ValueError(f"unknown itm_score {config.itm_score!r}; valid: {ITM_SCORES}")
+    if config.score_fusion not in FUSIONS: raise ValueError(f"unknown score_fusion {config.score_fusion!r}; valid: {FUSIONS}")
     if not 0 <= config.wise_alpha <= 1 or (config.wise_alpha < 1 and not config.init_checkpoint):
         raise ValueError(f"wise_alpha must be in [0, 1], and below 1 only with an init_checkpoint to interpolate with; got {config.wise_alpha}")
     return config
@@ -341,7 +343,8 @@ class Trainer:
         "Retrieval metrics of the current weights on one split (sharded over the processes)."
         s = self.setup
         return evaluate_split(self.model, s.folder, split, s.tok, s.max_len, s.config.k_test, s.config.eval_batch,
-                              device=s.acc.device, accelerator=s.acc, progress=progress, itm_score=s.config.itm_score)
+                              device=s.acc.device, accelerator=s.acc, progress=progress, itm_score=s.config.itm_score,
+                              score_fusion=s.config.score_fusion)
 
 # %% ../../nbs/40c_trainer.ipynb #be1745bf
 class ResumeCB(Callback):
