@@ -73,9 +73,12 @@ def test_papermill_smoke(cache, tmp_path):
     "papermill runs 90_train with tiny parameters and leaves a complete run folder and a notebook with figures."
     out, nb = tmp_path / 'run', tmp_path / 'cmp.ipynb'
     params = dict(method='cmp', train_pairs=16, val_pairs=5, test_pairs=5, ucc_pairs=3, cache_dir=cache / 'pm', epochs=1,
-                  batch_size=8, max_steps=3, warmup_steps=1, k_test=4, out_dir=out, progress=False)
+                  batch_size=8, max_steps=3, warmup_steps=1, k_test=4, out_dir=out, progress=True)
     args = [a for k, v in params.items() for a in ('-p', k, v)]
-    ok(run(sys.executable, '-m', 'papermill', 'nbs/90_train.ipynb', nb, *args, '--no-progress-bar'))
+    r = ok(run(sys.executable, '-m', 'papermill', 'nbs/90_train.ipynb', nb, *args, '--no-progress-bar', '--log-output'))
+    log_out = r.stdout + r.stderr                                    # the README's --log-output: plain lines, no HTML bars
+    assert '<progress' not in log_out and '<div' not in log_out, log_out[-3000:]
+    assert 'step 3/3 (epoch 1/1)' in log_out, log_out[-3000:]
     names = {p.name for p in out.iterdir()}
     assert {'config.yaml', 'checkpoint.safetensors', 'state.pt', 'best.safetensors', 'log.jsonl', 'metrics.json',
             'loss_curves.png', 'retrieval_examples.png'} <= names, names

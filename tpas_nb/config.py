@@ -4,17 +4,18 @@
 
 # %% ../nbs/00_config.ipynb #7f2bdf70
 from __future__ import annotations
-import dataclasses, json, typing
+import dataclasses, json, os, time, typing
 from collections.abc import Collection
 from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
 import yaml
 
 # %% auto #0
-__all__ = ['PRESETS', 'PROFILE_SETTINGS', 'PROFILES', 'FLAT_ALIASES', 'WHY_VERSIONS', 'VisionConfig', 'TextConfig',
-           'BackboneConfig', 'get_preset', 'with_dropout', 'DataConfig', 'OptimConfig', 'RunConfig', 'to_dict',
-           'config_diff', 'from_dict', 'save_config', 'load_config', 'profile_fields', 'profile_table', 'flat_path',
-           'flat_value', 'flat_config', 'profile_diff', 'progress', 'declared_requirements', 'check_requirements']
+__all__ = ['PRESETS', 'PROFILE_SETTINGS', 'PROFILES', 'FLAT_ALIASES', 'FRONT_END_ENV', 'WHY_VERSIONS', 'VisionConfig',
+           'TextConfig', 'BackboneConfig', 'get_preset', 'with_dropout', 'DataConfig', 'OptimConfig', 'RunConfig',
+           'to_dict', 'config_diff', 'from_dict', 'save_config', 'load_config', 'profile_fields', 'profile_table',
+           'flat_path', 'flat_value', 'flat_config', 'profile_diff', 'html_bars', 'TextBar', 'progress_bars',
+           'progress', 'declared_requirements', 'check_requirements']
 
 # %% ../nbs/00_config.ipynb #55b62538
 @dataclass
@@ -411,11 +412,39 @@ def profile_diff(a: str, b: str, method: str | None = None) -> dict:
     return {k: (fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)}
 
 # %% ../nbs/00_config.ipynb #36148aef
+FRONT_END_ENV = ('JPY_SESSION_NAME', 'VSCODE_PID', 'COLAB_RELEASE_TAG')   # set for the kernels that Jupyter Server, VS Code and Colab start; papermill sets none
+
+def html_bars() -> bool:
+    "Whether fastprogress's HTML bars are seen: an IPython kernel that a notebook front end started (under `papermill --log-output` they print as raw HTML)."
+    from fastprogress.fastprogress import IN_NOTEBOOK
+    return bool(IN_NOTEBOOK) and any(k in os.environ for k in FRONT_END_ENV)
+
+class TextBar:
+    "fastprogress's bar interface as plain lines: a top bar prints 'i/total (s)' every `every` seconds and once at its end if it ran that long; a bar with a parent prints nothing (its owner prints its own lines)."
+    def __init__(self, gen, total: int | None = None, parent=None, leave: bool = True, every: float = 30.0, **kwargs):
+        self.gen, self.parent, self.every, self.comment, self.child = gen, parent, every, '', None
+        self.total = total if total is not None else (len(gen) if hasattr(gen, '__len__') else None)
+        if parent is not None: parent.child = self
+    def __len__(self) -> int: return self.total
+    def __iter__(self):
+        t0 = said = time.time()
+        i = 0
+        for i, x in enumerate(self.gen, 1):
+            yield x
+            if self.parent is None and time.time() - said >= self.every:
+                said = time.time(); print(self.line(i, said - t0), flush=True)
+        if self.parent is None and said > t0: print(self.line(i, time.time() - t0), flush=True)
+    def line(self, i: int, s: float) -> str: return f"{i}/{self.total if self.total is not None else '?'} ({s:.0f} s){' ' + self.comment if self.comment else ''}"
+
+def progress_bars() -> tuple:
+    "(master_bar, progress_bar): fastprogress's, HTML in a notebook front end and text in a terminal; `TextBar` in a kernel without a front end (papermill)."
+    from fastprogress.fastprogress import IN_NOTEBOOK, master_bar, progress_bar
+    return (TextBar, TextBar) if IN_NOTEBOOK and not html_bars() else (master_bar, progress_bar)
+
 def progress(it, enabled: bool = True, total: int | None = None, leave: bool = False):
-    "`it` wrapped in a fastprogress bar when `enabled`."
+    "`it` wrapped in a progress bar (`progress_bars`) when `enabled`."
     if not enabled: return it
-    from fastprogress.fastprogress import progress_bar
-    return progress_bar(it, total=total, leave=leave)
+    return progress_bars()[1](it, total=total, leave=leave)
 
 # %% ../nbs/00_config.ipynb #ac29e16f
 WHY_VERSIONS = {   # package -> why the code needs the versions settings.ini's `requirements` asks for (the one place that states them)

@@ -14,11 +14,10 @@ import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
 from accelerate.utils import DistributedDataParallelKwargs, gather_object, set_seed
-from fastprogress.fastprogress import master_bar, progress_bar
 from torch import nn, Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from ..config import RunConfig
+from ..config import RunConfig, progress_bars
 from ..data.pab import PABFolder, PABTrainDataset, TrainCollate, pab_tokenizer, resolve_synonyms
 from ..eval.benchmark import evaluate_split
 from ..methods.base import ITM_SCORES
@@ -421,13 +420,14 @@ class CheckpointCB(Callback):
         s.acc.wait_for_everyone()
 
 class ProgressCB(Callback):
-    "fastprogress bars, and a plain line every 30 s and at each epoch's end (papermill hides the bars)."
+    "Progress bars (`progress_bars`: none under papermill, whose log would print them as HTML), and a plain line every 30 s and at each epoch's end."
     order, main_only = 40, True
     def before_epochs(self, t):
         self.said = time.time()
-        if len(t.epochs): t.epochs = self.bar = master_bar(t.epochs)
+        self.master_bar, self.progress_bar = progress_bars()
+        if len(t.epochs): t.epochs = self.bar = self.master_bar(t.epochs)
     def before_epoch(self, t):
-        t.steps = progress_bar(t.steps, parent=self.bar)
+        t.steps = self.progress_bar(t.steps, parent=self.bar)
     def after_step(self, t):
         self.bar.child.comment = f"loss {t.losses['loss']:.3f}"
         if t.last or t.end_of_epoch or time.time() - self.said > 30:
