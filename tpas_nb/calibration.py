@@ -14,7 +14,7 @@ import pandas as pd
 
 import tpas_nb
 
-from .tables import paper_tables
+from .data.published import paper_tables
 from .grid import GRIDS, GRID_ROUNDS, arm_slug, replica_split, TEST_REPLICAS
 from .data.weather import WEATHERS
 from .data import synth as S

@@ -4,7 +4,6 @@
 
 # %% ../nbs/95_tables.ipynb #86575030
 from __future__ import annotations
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -15,54 +14,19 @@ import tpas_nb
 from .config import load_config
 from .methods import method_config
 from .runs import RunFolder
+from .data.published import CSV_PATH, paper_tables, table, _cells
 from .grid import (GRIDS, METRICS, collect, grid_arms, grid_status, root_round, summarise, paired_delta, run_hits,
                           seed_variance, t_half_width, trained_run_hours)
 
 # %% auto #0
-__all__ = ['CSV_PATH', 'MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'ROBUSTNESS',
-           'ROBUSTNESS_ITC', 'ROBUSTNESS_FUSED', 'FUSED', 'ALPHA', 'PREDICTIONS', 'ABLATION_PREDICTIONS', 'AGREEMENT',
-           'paper_tables', 'table', 'metric_label', 'resolve_runs_root', 'four_draws', 'beside', 'show_tables',
-           'collect_rounds', 'paired', 'published_value', 'verdict', 'rerank_fails', 'verdicts', 'p_text',
-           'effect_words', 'effect_label', 'effects', 'effect_table', 'effect_sentence', 'claim_sentence',
-           'published_arm', 'order_sentence', 'prediction_delta', 'agreement', 'prediction_table', 'agreement_counts',
-           'prediction_markdown', 'prediction_sentences', 'arm_change', 'rounds_beside', 'interval_text',
-           'plot_predictions', 'rerank_summary', 'plot_rerank', 'seed_spread', 'blind_test_left', 'loss_shares',
-           'markdown_table']
-
-# %% ../nbs/95_tables.ipynb #813401c8
-CSV_PATH = Path(tpas_nb.__file__).parent / 'paper_tables.csv'   # package data (MANIFEST.in)
-
-@lru_cache(maxsize=1)
-def _read(path: str) -> pd.DataFrame:
-    t = pd.read_csv(path, dtype=str, keep_default_na=False)
-    t['value'] = pd.to_numeric(t['value'].replace('', np.nan))
-    t[['row_no', 'col_no']] = t[['row_no', 'col_no']].astype(int)
-    return t
-
-def paper_tables() -> pd.DataFrame:
-    "Every published cell of the four papers' tables, one row per cell (a copy of tpas_nb/paper_tables.csv)."
-    return _read(str(CSV_PATH)).copy()
-
-def _cells(paper: str, name: str) -> pd.DataFrame:
-    t = paper_tables()
-    t = t[(t.paper == paper) & (t.table == name)]
-    if t.empty:
-        have = paper_tables()[['paper', 'table']].drop_duplicates()
-        raise ValueError(f"no table {name!r} of {paper!r}; tables: {list(map(tuple, have.values))}")
-    return t.sort_values(['row_no', 'col_no'])
-
-def table(paper: str,            # CMP, SeDA, QC-Align or GradCO
-          name: str,             # 'Table 6', 'Ablation', …
-          values: bool = False,  # numbers (NaN for words) instead of the printed strings
-         ) -> pd.DataFrame:      # rows and columns as printed; columns (subset, column) when the table has column groups
-    "One published table, pivoted as printed."
-    t = _cells(paper, name)
-    cols = t.drop_duplicates('col_no').sort_values('col_no')
-    wide = t.pivot(index='row_no', columns='col_no', values='value' if values else 'printed').reindex(columns=cols.col_no)
-    if not values: wide = wide.fillna('')
-    wide.columns = pd.MultiIndex.from_arrays([cols.subset, cols.column]) if (cols.subset != '').any() else list(cols.column)
-    wide.index = t.drop_duplicates('row_no').set_index('row_no').row.loc[wide.index].values
-    return wide
+__all__ = ['MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'ROBUSTNESS', 'ROBUSTNESS_ITC',
+           'ROBUSTNESS_FUSED', 'FUSED', 'ALPHA', 'PREDICTIONS', 'ABLATION_PREDICTIONS', 'AGREEMENT', 'metric_label',
+           'resolve_runs_root', 'four_draws', 'beside', 'show_tables', 'collect_rounds', 'paired', 'published_value',
+           'verdict', 'rerank_fails', 'verdicts', 'p_text', 'effect_words', 'effect_label', 'effects', 'effect_table',
+           'effect_sentence', 'claim_sentence', 'published_arm', 'order_sentence', 'prediction_delta', 'agreement',
+           'prediction_table', 'agreement_counts', 'prediction_markdown', 'prediction_sentences', 'arm_change',
+           'rounds_beside', 'interval_text', 'plot_predictions', 'rerank_summary', 'plot_rerank', 'seed_spread',
+           'blind_test_left', 'loss_shares', 'markdown_table']
 
 # %% ../nbs/95_tables.ipynb #14eb81eb
 MEASURES: dict[tuple[str, str], str] = {   # (paper, table) -> what the grid measures for it
