@@ -4,7 +4,7 @@
 
 # %% ../../nbs/01_synthpab.ipynb #43fae81d
 from __future__ import annotations
-import argparse, json, math, os, re, shutil, sys, time
+import argparse, ast, json, math, os, re, shutil, sys, time
 from dataclasses import dataclass, asdict, field, replace
 from io import BytesIO
 from multiprocessing import get_context
@@ -22,11 +22,12 @@ from .weather import WEATHERS, SEVERITY, Severity, apply_weather
 __all__ = ['COLOURS', 'HAIR_COLOURS', 'SKIN', 'TOPS', 'BOTTOMS', 'HAIR', 'ACCESSORIES', 'BUILDS', 'GENDERS', 'PATTERNS',
            'VAGUE_COLOURS', 'NORMAL_ACTIONS', 'ANOMALIES', 'SCENES', 'UCC_SCENES', 'PRETRAIN_SCENES', 'LIMB_LEN',
            'POSES', 'STYLES', 'CAMERAS', 'OCCLUDERS', 'GRAMMARS', 'CAMERAS_V4', 'SPECS', 'SYNTHPAB_VERSION',
-           'FROZEN_PATH', 'SPLITS', 'SPLIT_FILES', 'TRAIN_CHUNK', 'OOD_VARIANTS', 'CORPUS_MIX', 'Person',
+           'FROZEN_PATH', 'SPEC_TYPES', 'SPLITS', 'SPLIT_FILES', 'TRAIN_CHUNK', 'OOD_VARIANTS', 'CORPUS_MIX', 'Person',
            'sample_person', 'pose_keypoints', 'blend_pose', 'draw_scene', 'Camera', 'Shot', 'render_person',
            'appearance_phrase', 'make_caption', 'grammar_captions', 'SynthSpec', 'spec_digest', 'synth_spec',
-           'frozen_versions', 'render_pair', 'make_synthpab', 'ensure_synthpab', 'make_test_variant', 'sample_camera',
-           'render_corpus_unit', 'make_pretrain_corpus', 'ensure_pretrain_corpus', 'show_pairs', 'synthpab_cli']
+           'frozen_versions', 'spec_from_repr', 'render_pair', 'make_synthpab', 'ensure_synthpab', 'make_test_variant',
+           'sample_camera', 'render_corpus_unit', 'make_pretrain_corpus', 'ensure_pretrain_corpus', 'show_pairs',
+           'synthpab_cli']
 
 # %% ../../nbs/01_synthpab.ipynb #44e17d37
 COLOURS = {  # name: RGB
@@ -804,6 +805,24 @@ FROZEN_PATH = Path(tpas_nb.__file__).parent / 'synthpab_frozen.json'   # package
 def frozen_versions() -> dict:
     "The frozen SynthPAB versions (43_calibration freezes them): version (str) -> generator digest, start checkpoint and its sha256, calibration table."
     return json.loads(FROZEN_PATH.read_text()) if FROZEN_PATH.exists() else {}
+
+# %% ../../nbs/01_synthpab.ipynb #5541ead8
+SPEC_TYPES = {c.__name__: c for c in (SynthSpec, Camera, Severity)}   # the constructors a spec's repr may call
+
+def spec_from_repr(text: str) -> SynthSpec:
+    "The SynthSpec whose repr is `text`, built from literals and SPEC_TYPES alone (no eval)."
+    def build(node):
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name) or node.func.id not in SPEC_TYPES or node.args:
+                raise ValueError(f"spec_from_repr: only {sorted(SPEC_TYPES)}(field=…) calls are read, got {ast.unparse(node)[:80]!r}")
+            return SPEC_TYPES[node.func.id](**{k.arg: build(k.value) for k in node.keywords})
+        if isinstance(node, ast.Dict): return {build(k): build(v) for k, v in zip(node.keys, node.values)}
+        if isinstance(node, ast.Tuple): return tuple(build(e) for e in node.elts)
+        if isinstance(node, ast.List): return [build(e) for e in node.elts]
+        return ast.literal_eval(node)                                       # numbers, strings, True/False/None, -x
+    spec = build(ast.parse(text, mode='eval').body)
+    if not isinstance(spec, SynthSpec): raise ValueError(f"spec_from_repr: the text is a {type(spec).__name__}, not a SynthSpec")
+    return spec
 
 # %% ../../nbs/01_synthpab.ipynb #fab660b2
 SPLITS = ('train', 'val', 'test', 'ucc', 'heldout')
