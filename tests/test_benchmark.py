@@ -17,7 +17,7 @@ WEATHERS = ['normal', 'wind', 'rain', 'snow', 'rain_snow', 'dark', 'dark_wind', 
 @pytest.fixture(scope='module')
 def smoke_run(tmp_path_factory):
     "A finished xvlm run of 2 steps on a SynthPAB with every split (8 test images, 9 weather copies, 4 ucc images)."
-    from tpas_nb.data.synth import make_synthpab
+    from tpas_nb.data.synth.corpus import make_synthpab
     from tpas_nb.train import train
     d = tmp_path_factory.mktemp('bench')
     sp = make_synthpab(d / 'sp', train_pairs=8, val_pairs=2, test_pairs=4, ucc_pairs=2, weather=True, progress=False, workers=1)

@@ -104,7 +104,7 @@ def paper_files(tmp_path_factory):
     a vocab.txt, the narrow backbone and a checkpoint of it in X-VLM's key layout saved as .th."""
     from tpas_nb.config import save_config
     from tpas_nb.data.pab import make_tokenizer, synthpab_vocab
-    from tpas_nb.data.synth import make_synthpab
+    from tpas_nb.data.synth.corpus import make_synthpab
     from tpas_nb.methods import build_method
     from tpas_nb.models.encoders import to_xvlm_state_dict
     d = tmp_path_factory.mktemp('paper')
@@ -174,7 +174,7 @@ def test_paper_command_runs_as_written(paper_files, tmp_path, which):
 
 def test_tpas_validate_reads_seda_official_files(tmp_path):
     "`tpas_validate ROOT` on a root laid out as SeDA's release: records in the official nested format are read; a malformed one is named by file and line."
-    from tpas_nb.data.synth import make_synthpab
+    from tpas_nb.data.synth.corpus import make_synthpab
     root = make_synthpab(tmp_path / 'PAB', train_pairs=3, val_pairs=0, test_pairs=1, ucc_pairs=0, image_size=32, weather=False, progress=False)
     recs = [json.loads(l) for l in (root / 'annotation/train/attr_0.json').read_text().splitlines()]
     official = root / 'annotation/train_decouple/attr_0.json'

@@ -17,7 +17,7 @@ CLI = [shutil.which('tpas_search')] if shutil.which('tpas_search') else [sys.exe
 @pytest.fixture(scope='module')
 def toy(tmp_path_factory):
     "(SynthPAB root, run folder): 8 training pairs, 4 test pairs, CMP trained for 2 steps."
-    from tpas_nb.data.synth import make_synthpab
+    from tpas_nb.data.synth.corpus import make_synthpab
     from tpas_nb.train import train
     tmp = tmp_path_factory.mktemp('search')
     sp = make_synthpab(tmp / 'sp', train_pairs=8, val_pairs=2, test_pairs=4, ucc_pairs=0, image_size=48, weather=False,

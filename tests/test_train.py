@@ -56,17 +56,19 @@ def no_seconds(d):
 
 
 def test_parameters_cell_parses_cleanly(caplog):
-    "papermill reads every parameter of 90_train without a parse warning, and the defaults are the cpu profile."
+    "papermill reads every parameter of 90_train without a parse warning, and the defaults are the default profile's, from_flat's too."
     import logging, papermill as pm
+    from tpas_nb.config import DEFAULT_PROFILE
     from tpas_nb.methods import from_flat
     with caplog.at_level(logging.WARNING):
         params = pm.inspect_notebook(str(REPO / 'nbs' / '90_train.ipynb'))
     assert not [r for r in caplog.records if 'Unable to parse' in r.getMessage()], caplog.text
     assert {'profile', 'method', 'init_checkpoint', 'epochs', 'lr', 'itm_frac'} <= set(params)
     defaults = {k: eval(p['default']) for k, p in params.items()}
-    assert defaults['profile'] == 'cpu' and defaults['method'] == 'cmp' and defaults['seed'] == 0
+    assert defaults['profile'] == DEFAULT_PROFILE == 'cpu-v4-official' and defaults['method'] == 'cmp' and defaults['seed'] == 0
     flat = {k: v for k, v in defaults.items() if k not in ('profile', 'progress', 'threads', 'out_dir')}
-    assert from_flat('cpu', **flat) == from_flat('cpu', method='cmp', seed=0)      # every other default defers to the profile
+    assert from_flat(DEFAULT_PROFILE, **flat) == from_flat(method='cmp', seed=0)    # every other default defers to the profile
+    assert from_flat().data.synth_version == 4 and from_flat().init_checkpoint == 'pretrained-v4'   # the calibrated, frozen version
 
 
 def test_papermill_smoke(cache, tmp_path):

@@ -19,7 +19,7 @@ def one_thread():
 
 def tiny_synthpab(root: Path, train_pairs: int = 4, val_pairs: int = 1, test_pairs: int = 4, weather: bool = False) -> Path:
     "A SynthPAB of 48-px images with no ucc or held-out split, written with one worker."
-    from tpas_nb.data.synth import make_synthpab
+    from tpas_nb.data.synth.corpus import make_synthpab
     return make_synthpab(root, train_pairs=train_pairs, val_pairs=val_pairs, test_pairs=test_pairs, ucc_pairs=0, heldout_pairs=0,
                          image_size=48, weather=weather, progress=False, workers=1)
 

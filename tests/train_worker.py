@@ -7,8 +7,9 @@ python tests/train_worker.py grads CONFIG.yaml --out grads.pt   # one optimiser 
 import argparse, json, os, signal
 import torch
 torch.set_num_threads(1)          # the same arithmetic in every process and every test
-import tpas_nb.train as T
+from tpas_nb.train import train, close_process_group
 import tpas_nb.training.trainer as trainer_module
+from tpas_nb.training.trainer import Trainer
 from tpas_nb.runs import resolve_data_root
 from tpas_nb.eval.benchmark import evaluate_run
 from toy_method import ToyMethod
@@ -25,7 +26,7 @@ def toy(config):
 
 def first_step_grads(config, out):
     "The trainer's first optimiser step of `config.method` in eval mode: rank 0 saves the loss terms (mean over processes) and the gradients (after DDP)."
-    t = T.Trainer.from_config(config, progress=False)
+    t = Trainer.from_config(config, progress=False)
     net = t.model
     net.eval(); net.train = lambda mode=True: net          # no dropout, drop-path or batch statistics: a process's features depend on its inputs alone
     step, saved = t.optimizer.step, {}
@@ -53,11 +54,11 @@ def main():
                 save_state(path, state)
                 if state['epoch'] >= a.kill_after_epoch and state['micro'] == 0: os.kill(os.getpid(), signal.SIGKILL)
             trainer_module.save_state = save_then_die      # the name CheckpointCB calls
-        T.train(config, progress=False, method=toy(config) if a.toy else None)
-        T.close_process_group()
+        train(config, progress=False, method=toy(config) if a.toy else None)
+        close_process_group()
     elif a.mode == 'grads':
         first_step_grads(load_config(a.path), a.out)
-        T.close_process_group()
+        close_process_group()
     else:
         from accelerate import Accelerator
         config = load_config(os.path.join(a.path, 'config.yaml'))
@@ -65,7 +66,7 @@ def main():
         res = evaluate_run(a.path, splits=('test', 'ucc', 'val'), method=toy(config) if a.toy else None, accelerator=acc)
         if acc is None or acc.is_main_process:
             with open(a.out, 'w') as f: json.dump(dict(res, world_size=acc.num_processes if acc else 1), f)
-        T.close_process_group()
+        close_process_group()
 
 
 if __name__ == '__main__':

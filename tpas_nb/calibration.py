@@ -19,6 +19,8 @@ from .grid import GRIDS, GRID_ROUNDS, arm_slug, replica_split, TEST_REPLICAS
 from .data.weather import WEATHERS
 from .data import synth as S
 from .data.synth import make_synthpab, render_corpus_unit, FROZEN_PATH, frozen_versions
+from .data.synth.freeze import (FINGERPRINT, THUMB_TOLERANCE, check_generator, fingerprint_digest, fingerprint_settings,
+                                       generator_digest, generator_fingerprint, write_frozen)
 from .data.pab import PABTestDataset
 from .models.encoders import resolve_checkpoint
 from .eval.benchmark import evaluate_run
@@ -26,10 +28,10 @@ from .eval.retrieval import embed_gallery, embed_queries, rank
 from .runs import Run, cache_root, file_digest
 
 # %% auto #0
-__all__ = ['MEASURES', 'CALIBRATION_GRID', 'THUMB_TOLERANCE', 'CALIBRATION_ROOT', 'paper_cell', 'Target', 'calibration_targets',
+__all__ = ['MEASURES', 'TABLE2_COLUMNS', 'CALIBRATION_GRID', 'CALIBRATION_ROOT', 'paper_cell', 'Target', 'calibration_targets',
            'calibration_runs', 'target_values', 'by_itc', 'calibration_table', 'calibration_markdown',
-           'missed_sentence', 'generator_fingerprint', 'generator_digest', 'freeze', 'check_frozen', 'plot_weather',
-           'spec_changed', 'probe', 'probe_table', 'winner_overlap', 'error_overlap']
+           'missed_sentence', 'freeze', 'check_frozen', 'refingerprint', 'plot_weather', 'spec_changed', 'probe',
+           'probe_table', 'winner_overlap', 'error_overlap']
 
 # %% ../nbs/43_calibration.ipynb #41b3999e
 def paper_cell(paper: str, table: str, row: str | int, column: str, subset: str | None = None) -> float:
@@ -63,8 +65,8 @@ MEASURES = {   # kind -> the quantity, from metrics.json's splits and the split 
     're-ranked - ITC': lambda sp, s: sp[s]['all']['R1'] - sp[s]['itc']['all']['R1'],         # the papers' protocol against its first stage
 }
 
-_T2 = {'wind': 'Wind', 'rain': 'Rain', 'snow': 'Snow', 'rain_snow': 'Rain + Snow', 'dark': 'Dark', 'dark_wind': 'Dark + Wind',
-       'dark_rain': 'Dark + Rain', 'dark_snow': 'Dark + Snow', 'light': 'Over-exposure'}   # WEATHERS -> CMP Table 2's column
+TABLE2_COLUMNS = {'wind': 'Wind', 'rain': 'Rain', 'snow': 'Snow', 'rain_snow': 'Rain + Snow', 'dark': 'Dark', 'dark_wind': 'Dark + Wind',
+                  'dark_rain': 'Dark + Rain', 'dark_snow': 'Dark + Snow', 'light': 'Over-exposure'}   # WEATHERS -> CMP Table 2's column
 
 def calibration_targets() -> list[Target]:
     "The targets of issue 45: the X-VLM rows of CMP Tables 2-6 and GradCO Table 6, each with its band."
@@ -87,8 +89,8 @@ def calibration_targets() -> list[Target]:
         Target('Normal R@1 - Anomaly R@1', ft, 'normal - anomaly', 'test', 0, np.inf,
                paper_cell('GradCO', 'Table 6', 'CMP', 'R@1', 'PAB-Normal') - paper_cell('GradCO', 'Table 6', 'CMP', 'R@1', 'PAB-Anomaly'),
                'GradCO Table 6 (CMP)'),
-        *[Target(f'{_T2[w].lower()}: drop in R@1', ft, 'drop', f'weather:{w}', t2(_T2[w]) - normal2 - 6, t2(_T2[w]) - normal2 + 6,
-                 t2(_T2[w]) - normal2, 'CMP Table 2, Baseline') for w in WEATHERS[1:]],
+        *[Target(f'{TABLE2_COLUMNS[w].lower()}: drop in R@1', ft, 'drop', f'weather:{w}', t2(TABLE2_COLUMNS[w]) - normal2 - 6, t2(TABLE2_COLUMNS[w]) - normal2 + 6,
+                 t2(TABLE2_COLUMNS[w]) - normal2, 'CMP Table 2, Baseline') for w in WEATHERS[1:]],
         Target('mean R@1 of the ten conditions', ft, 'mean of ten', 'test', 60, 68, paper_cell('CMP', 'Table 2', 'Baseline', 'R@1', 'Mean ↑'),
                'CMP Table 2, Baseline'),
         *[Target(f'ucc {k[0]}@{k[1:]}', tenth, k, 'ucc', p - b, p + b, p, 'CMP Table 4, X-VLM (0.1M)')
@@ -176,55 +178,43 @@ def missed_sentence(df: pd.DataFrame) -> str:
     return 'Outside their bands: ' + '; '.join(f"{r.target} {r.mean:.2f} (band {r.band})" for r in miss.itertuples()) + '.'
 
 # %% ../nbs/43_calibration.ipynb #8648f5db
-THUMB_TOLERANCE = 6   # a thumbnail's largest change (of 255) that a JPEG codec of another version may make
-
-def _thumb(path) -> list[int]:
-    "A 4×4 RGB thumbnail of an image: what it shows, blind to the JPEG codec's last bits."
-    from PIL import Image
-    return np.asarray(Image.open(path).convert('RGB').resize((4, 4), Image.BOX)).reshape(-1).tolist()
-
-def generator_fingerprint(version: int) -> dict:
-    "What the generator of `version` draws, on a small SynthPAB (every split, the weather copies) and 24 corpus units: the records' sha256, every image's thumbnail."
-    with tempfile.TemporaryDirectory() as d:
-        make_synthpab(Path(d) / 's', train_pairs=6, val_pairs=2, test_pairs=4, ucc_pairs=4, heldout_pairs=4, image_size=64,
-                      workers=1, progress=False, version=version)
-        recs = [r for u in range(24) for r in render_corpus_unit(Path(d) / 'c', u, image_size=64, version=version)]
-        files = sorted(p for p in Path(d).rglob('*') if p.is_file() and p.name != 'synthpab.json')
-        h = hashlib.sha256(json.dumps(recs, sort_keys=True).encode())
-        for f in files:
-            if f.suffix == '.json': h.update(str(f.relative_to(d)).encode()); h.update(f.read_bytes())
-        return dict(records=h.hexdigest(), images={str(f.relative_to(d)): _thumb(f) for f in files if f.suffix == '.jpg'})
-
-def generator_digest(version: int) -> str:
-    "sha256 of the generator's fingerprint: one string that changes when what `version` draws changes."
-    return hashlib.sha256(json.dumps(generator_fingerprint(version), sort_keys=True).encode()).hexdigest()
+def _fingerprint_record(version: int) -> dict:
+    "The fields a frozen record keeps of what the generator draws: digest, records' sha256, thumbnails, and the settings they were taken at."
+    fp = generator_fingerprint(version, **FINGERPRINT)
+    return dict(generator_digest=fingerprint_digest(fp), records_sha256=fp['records'], thumbnails=fp['images'], fingerprint=dict(FINGERPRINT))
 
 def freeze(version: int, start: str, root=None) -> dict:
     "Record `version` as frozen: its generator digest, its start's sha256 and (root: its records) the calibration table; refuses to overwrite."
     have = frozen_versions()
     if str(version) in have: raise ValueError(f"SynthPAB version {version} is frozen already ({FROZEN_PATH}); a changed generator is a new version")
-    fp = generator_fingerprint(version)
-    rec = dict(generator_digest=hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest(), records_sha256=fp['records'],
-               start=start, start_sha256=file_digest(resolve_checkpoint(start, 'tiny')), thumbnails=fp['images'])
+    rec = dict(**_fingerprint_record(version), start=start, start_sha256=file_digest(resolve_checkpoint(start, 'tiny')))
     if root is not None:                               # the table as the papers rank, and by ITC alone
         table, itc = calibration_table(root), calibration_table(root, ranking='itc')
         rec.update(records=str(root), passed=int(table.ok.sum()), targets=len(table), table=table.drop(columns=['mean']).to_dict(orient='records'),
                    passed_itc=int(itc.ok.sum()), targets_itc=len(itc), table_itc=itc.drop(columns=['mean']).to_dict(orient='records'))
     have[str(version)] = rec
-    FROZEN_PATH.write_text(json.dumps(have, indent=1) + '\n')
+    write_frozen(have)
     return have[str(version)]
 
 def check_frozen(version: int) -> None:
     "Raise if the generator of a frozen `version` draws anything else than it did when frozen, or its start is not the file that was frozen."
     rec = frozen_versions().get(str(version))
     if rec is None: raise ValueError(f"SynthPAB version {version} is not frozen; frozen: {sorted(frozen_versions())}")
-    fp = generator_fingerprint(version)
-    worst = max((np.abs(np.array(fp['images'].get(k, [1e9])) - v).max() for k, v in rec['thumbnails'].items()), default=0)
-    if fp['records'] != rec['records_sha256'] or set(fp['images']) != set(rec['thumbnails']) or worst > THUMB_TOLERANCE:
-        raise AssertionError(f"SynthPAB version {version} no longer draws what it drew when frozen (records {'same' if fp['records'] == rec['records_sha256'] else 'changed'}, "
-                             f"largest thumbnail difference {worst:g} of 255): a frozen version must not change; make a new version (01_synthpab, SPECS)")
+    check_generator(version)
     if (s := file_digest(resolve_checkpoint(rec['start'], 'tiny'))) != rec['start_sha256']:
         raise AssertionError(f"{rec['start']}: sha256 {s[:12]}… is not the frozen start's {rec['start_sha256'][:12]}…")
+
+def refingerprint(version: int) -> dict:
+    "Re-take a frozen version's fingerprint at the current settings (FINGERPRINT), after checking it still draws what it drew under its own."
+    have = frozen_versions()
+    if str(version) not in have: raise ValueError(f"SynthPAB version {version} is not frozen; frozen: {sorted(have)}")
+    old = have[str(version)]
+    if fingerprint_settings(old) == FINGERPRINT: return old
+    check_generator(version)                           # raises unless the generator draws what was frozen, under the old settings
+    was = dict(generator_digest=old['generator_digest'], records_sha256=old['records_sha256'], fingerprint=fingerprint_settings(old))
+    have[str(version)] = {**old, **_fingerprint_record(version), 'refingerprinted_from': was}
+    write_frozen(have)
+    return have[str(version)]
 
 # %% ../nbs/43_calibration.ipynb #dd71f5a1
 def plot_weather(root, ax=None):
@@ -239,7 +229,7 @@ def plot_weather(root, ax=None):
     ax.bar(x + 0.2, [v.mean() if len(v) else np.nan for v in vals], 0.4, yerr=[v.std(ddof=1) if len(v) > 1 else 0 for v in vals],
            color='tab:blue', label='SynthPAB, X-VLM fine-tuned')
     for xi, t in zip(x, ts): ax.plot([xi - 0.4, xi + 0.4], [t.lo, t.lo], color='0.3', lw=0.6, ls=':'); ax.plot([xi - 0.4, xi + 0.4], [t.hi, t.hi], color='0.3', lw=0.6, ls=':')
-    ax.set_xticks(x, [_T2[t.split.split(':')[1]] for t in ts], rotation=30, ha='right', fontsize=8)
+    ax.set_xticks(x, [TABLE2_COLUMNS[t.split.split(':')[1]] for t in ts], rotation=30, ha='right', fontsize=8)
     ax.set_ylabel('R@1 − Normal R@1'); ax.axhline(0, color='k', lw=0.5); ax.legend(fontsize=8, frameon=False)
     ax.set_title('What each condition costs (dotted: the band of ±6)', fontsize=9)
     return ax

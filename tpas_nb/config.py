@@ -11,11 +11,11 @@ from pathlib import Path
 import yaml
 
 # %% auto #0
-__all__ = ['PRESETS', 'PROFILE_SETTINGS', 'PROFILES', 'FLAT_ALIASES', 'FRONT_END_ENV', 'WHY_VERSIONS', 'VisionConfig',
-           'TextConfig', 'BackboneConfig', 'get_preset', 'with_dropout', 'DataConfig', 'OptimConfig', 'RunConfig',
-           'to_dict', 'config_diff', 'from_dict', 'save_config', 'load_config', 'profile_fields', 'profile_table',
-           'flat_path', 'flat_value', 'flat_config', 'profile_diff', 'html_bars', 'TextBar', 'progress_bars',
-           'progress', 'declared_requirements', 'check_requirements']
+__all__ = ['PRESETS', 'PROFILE_SETTINGS', 'DEFAULT_PROFILE', 'PROFILES', 'FLAT_ALIASES', 'FRONT_END_ENV', 'WHY_VERSIONS',
+           'VisionConfig', 'TextConfig', 'BackboneConfig', 'get_preset', 'with_dropout', 'DataConfig', 'OptimConfig',
+           'RunConfig', 'to_dict', 'config_diff', 'from_dict', 'save_config', 'load_config', 'profile_fields',
+           'profile_table', 'flat_path', 'flat_value', 'flat_config', 'profile_diff', 'html_bars', 'TextBar',
+           'progress_bars', 'progress', 'declared_requirements', 'check_requirements']
 
 # %% ../nbs/00_config.ipynb #55b62538
 @dataclass
@@ -327,6 +327,7 @@ PROFILE_SETTINGS: dict[str, list[tuple]] = {   # profile -> rows (method, or '*'
     ],
 }
 PROFILE_SETTINGS['official'] = _with(PROFILE_SETTINGS['paper'], _OFFICIAL_OVER_PAPER)   # the official CMP code's run, switch for switch (SeDA's where it differs)
+DEFAULT_PROFILE = 'cpu-v4-official'   # 90_train with no parameters, and from_flat: SynthPAB version 4 (calibrated, frozen), its start, one recipe for every arm
 
 def _nest(rows) -> dict:
     "Nested RunConfig fields from (path, value) rows."

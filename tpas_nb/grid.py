@@ -23,7 +23,9 @@ from .methods.seda import ABLATION_ROWS
 from .methods.qcalign import QCT_ARMS
 from .methods.gradco import GRADCO_ARMS
 from .data.pab import PABFolder, PABTestDataset
-from .data.synth import make_test_variant, frozen_versions
+from .data.synth.spec import frozen_versions
+from .data.synth.freeze import check_generator
+from .data.synth.corpus import make_test_variant
 from .data.weather import WEATHERS
 from .runs import RUN_FILES, Run, RunFolder
 from .eval.benchmark import evaluate_split
@@ -216,12 +218,13 @@ def grid_status(root, grid: str, seeds=None, arms=None) -> pd.DataFrame:
 
 # %% ../nbs/41_grid.ipynb #0a9f1e59
 def require_frozen(grid: str, configs) -> None:
-    "Refuse a method's runs on the cached SynthPAB of a version that is not frozen (43_calibration): until its controls are calibrated and frozen, a method's rows are no blind test. The calibration grid is exempt; a PAB folder (data.root) is never checked."
+    "Refuse a method's runs on the cached SynthPAB of a version that is not frozen (43_calibration), or whose generator no longer draws what was frozen (01g): until its controls are calibrated and frozen, a method's rows are no blind test. The calibration grid is exempt; a PAB folder (data.root) is never checked."
     if grid == 'calibration': return
     have = frozen_versions()
     bad = sorted({c.data.synth_version for c in configs if not c.data.root and str(c.data.synth_version) not in have})
     if bad: raise ValueError(f"grid {grid!r} would train on SynthPAB version(s) {bad}, which are not frozen (frozen: {sorted(have)}); "
                              "calibrate and freeze the version first (43_calibration, `freeze`), or train on a PAB folder (data.root)")
+    for v in sorted({c.data.synth_version for c in configs if not c.data.root}): check_generator(v)   # and each draws what it drew when frozen
 
 # %% ../nbs/41_grid.ipynb #6378953f
 def find_same_run(root, config: RunConfig) -> Path | None:

@@ -16,8 +16,10 @@ from .data.synth import ensure_pretrain_corpus, synth_spec, SYNTHPAB_VERSION, gr
 from .data.pab import PABFolder, pab_tokenizer, build_vocab
 from .models.encoders import PRETRAINED, weights_dir, to_xvlm_state_dict
 from .methods import from_flat
-from .train import train, vocab_list, Callback, _init_checkpoint, wise_interpolate
-from .runs import Run, build_run_method, load_weights, save_weights, atomic_write, resolve_data_root, file_digest, cache_root
+from .train import train
+from .training.trainer import Callback, init_from_checkpoint
+from .training.wise import wise_interpolate
+from .runs import Run, build_run_method, load_weights, save_weights, atomic_write, resolve_data_root, file_digest, cache_root, vocab_list
 from .eval.diagnostics import action_probe
 from .eval.benchmark import evaluate_split
 
@@ -265,7 +267,7 @@ def wise_ft(run,                  # a fine-tuned run folder (or Run) whose confi
     if not run.config.init_checkpoint: raise ValueError(f"{run.path} was trained from scratch (no init_checkpoint): there is no start to interpolate with")
     if weights == 'best' and (run.src / 'tuned.safetensors').exists(): weights = 'tuned'      # a WiSE-FT run: its fine-tuned weights
     tuned, start = run.load_method(weights), run.build_method()
-    new = _init_checkpoint(start, run.config, run.tokenizer, run.path, write=False)       # ids of the parameters the checkpoint lacks
+    new = init_from_checkpoint(start, run.config, run.tokenizer, run.path, write=False)       # ids of the parameters the checkpoint lacks
     return wise_interpolate(tuned, start, alpha, keep=new).eval()
 
 def wise_ft_sweep(run, alphas=(0.0, 0.25, 0.5, 0.75, 1.0), splits=('test', 'ucc', 'heldout'), k_test: int = 0,

@@ -18,7 +18,9 @@ from torch import nn
 
 from .config import RunConfig, DataConfig, BackboneConfig, get_preset, load_config, save_config, config_diff, with_dropout
 from .data.pab import PABFolder, make_tokenizer, pab_tokenizer
-from .data.synth import ensure_synthpab, spec_digest
+from .data.synth.spec import spec_digest
+from .data.synth.corpus import ensure_synthpab
+from .data.synth.freeze import check_generator
 from .methods import build_method, switch_classes
 from .models.legacy import upgrade_state_dict
 
@@ -151,10 +153,11 @@ def cache_root(cache_dir: str = '') -> Path:
     return Path(cache_dir or os.environ.get('TPAS_NB_CACHE') or Path.home() / '.cache' / 'tpas_nb').expanduser()
 
 def synth_cache_dir(data: DataConfig) -> Path:
-    "Where the SynthPAB of these parameters lives: <cache>/synthpab_<hash of parameters and generator version>."
+    "Where the SynthPAB of these parameters lives: <cache>/synthpab_<hash of its parameters, spec and generator digest>; a frozen version's generator is checked first (`check_generator`, 01g)."
     base = cache_root(data.cache_dir)
     params = synth_params(data)
-    key = json.dumps(params if data.synth_version == 3 else dict(params, spec=spec_digest(data.synth_version)), sort_keys=True)   # version 3's folders keep their name
+    v = data.synth_version
+    key = json.dumps(dict(params, spec=spec_digest(v), generator=check_generator(v)), sort_keys=True)   # a frozen version must draw what it drew
     return base / f"synthpab_{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
 def resolve_data_root(data: DataConfig, progress: bool = True) -> Path:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/40_training.ipynb #281d0d5d
 from __future__ import annotations
-import argparse, time
+import argparse, sys, time
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,35 +14,25 @@ from torch import nn
 
 from .config import RunConfig, flat_value, load_config
 from .methods import from_flat
-from .runs import RESUMABLE_CHANGES, config_changes, load_state, load_weights, save_state, save_weights, vocab_list, write_run_files
-from .training.schedule import NORM_LAYERS, SCHEDULES, build_optimizer, build_scheduler, cross_ids, lr_factor, no_decay_ids, param_groups
-from .training.order import SeededItems, epoch_permutation, micro_batches
+from .runs import load_weights, save_weights
+from .training.schedule import build_optimizer, build_scheduler
 from .training.trainer import (
-    CancelFit, Callback, CheckpointCB, LogCB, ProgressCB, ResumeCB, RunSetup, StopAfterCB, TrainData, TrainState, Trainer, ValidateCB,
-    _peak_memory_mib, _trainable, better, check_run_config, make_accelerator, progress_line, rng_state, run_vocab, set_rng_state,
-    setup_model, setup_run, train_data, val_summary)
-from .training.trainer import _init_checkpoint   # handed on for 42_pretrain's `wise_ft`
-from .training.wise import WiseCB, wise_interpolate
-from .training.speed import SpeedCB, matmul_peak, speed_table, step_flops
-from .training.plots import example_queries, plot_loss_curves, run_examples, save_plots
-
-_all_ = ['NORM_LAYERS', 'SCHEDULES', 'RESUMABLE_CHANGES', 'no_decay_ids', 'cross_ids', 'param_groups', 'build_optimizer', 'lr_factor',
-         'build_scheduler', 'epoch_permutation', 'micro_batches', 'SeededItems', 'rng_state', 'set_rng_state', 'save_state', 'load_state',
-         'config_changes', 'make_accelerator', 'run_vocab', 'vocab_list', 'val_summary', 'better', 'TrainState', 'Callback',
-         'progress_line', 'check_run_config', 'RunSetup', 'write_run_files', 'setup_run', 'setup_model', 'TrainData', 'train_data',
-         'CancelFit', 'Trainer', 'matmul_peak', 'step_flops', 'SpeedCB', 'ResumeCB', 'LogCB', 'ValidateCB', 'StopAfterCB', 'CheckpointCB',
-         'ProgressCB', 'wise_interpolate', 'WiseCB', 'plot_loss_curves', 'example_queries', 'run_examples', 'save_plots', 'speed_table']   # every name train has always offered, from the pages that hold them now
+    make_data, make_method, train_data, Trainer, Callback, ResumeCB, LogCB, ValidateCB, StopAfterCB, CheckpointCB, ProgressCB)
+from .training.wise import WiseCB
+from .training.speed import SpeedCB
+from .training.plots import save_plots
 
 # %% auto #0
-__all__ = ['FinalEvalCB', 'run_metrics', 'train', 'close_process_group', 'train_cli', 'NORM_LAYERS', 'SCHEDULES',
-           'RESUMABLE_CHANGES', 'no_decay_ids', 'cross_ids', 'param_groups', 'build_optimizer', 'lr_factor',
-           'build_scheduler', 'epoch_permutation', 'micro_batches', 'SeededItems', 'rng_state', 'set_rng_state',
-           'save_state', 'load_state', 'config_changes', 'make_accelerator', 'run_vocab', 'vocab_list', 'val_summary',
-           'better', 'TrainState', 'Callback', 'progress_line', 'check_run_config', 'RunSetup', 'write_run_files',
-           'setup_run', 'setup_model', 'TrainData', 'train_data', 'CancelFit', 'Trainer', 'matmul_peak', 'step_flops',
-           'SpeedCB', 'ResumeCB', 'LogCB', 'ValidateCB', 'StopAfterCB', 'CheckpointCB', 'ProgressCB',
-           'wise_interpolate', 'WiseCB', 'plot_loss_curves', 'example_queries', 'run_examples', 'save_plots',
-           'speed_table']
+__all__ = ['FinalEvalCB', 'run_metrics', 'train', 'close_process_group', 'train_cli']
+
+# %% ../nbs/40_training.ipynb #c9e7f4b6
+def _trainable(m) -> int: return sum(p.numel() for p in m.parameters() if p.requires_grad)
+
+def _peak_memory_mib() -> dict:
+    "Peak resident memory of this process and peak CUDA allocation, in MiB."
+    import resource                                              # here, not at the top: Unix only (Windows has no `resource`)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == 'darwin' else 2**10)
+    return dict(cpu_rss=round(rss, 1), cuda_allocated=round(torch.cuda.max_memory_allocated() / 2**20, 1) if torch.cuda.is_available() else None)
 
 # %% ../nbs/40_training.ipynb #f6609b55
 class FinalEvalCB(Callback):
@@ -91,12 +81,13 @@ def train(config: RunConfig,            # the run (00_config); out_dir is the ru
           callbacks: tuple = (),        # further Callbacks
          ) -> Path:                     # the run folder
     "Train `config.method`, keep the best val weights, evaluate them on test (and ucc); returns the run folder."
+    data = make_data(config, progress)                                    # 1. the data folder (SynthPAB made here), the run folder, its tokenizer
+    model, new_ids = make_method(data, method)                            # 2. the method by name, from its init checkpoint
+    train_set = train_data(data, model, check_splits=('val', *final_splits))   # 3. its training set (every evaluated split's files checked),
+    optimizer = build_optimizer(model, config.optim, new_ids)             #    AdamW and the schedule, and the loop
     cbs = [ResumeCB(), LogCB(), ValidateCB(), StopAfterCB(stop_after), CheckpointCB(), SpeedCB(), WiseCB(), FinalEvalCB(final_splits), *callbacks]
-    t = Trainer.from_config(config, method, progress, cbs + ([ProgressCB()] if progress else []))
-    for split in ('val', *final_splits):                              # read after the first step: checked before it, as train_data checks the training split
-        if split in t.setup.folder.splits(): t.setup.folder.check_files(split, pose=t.model.needs_pose)
-    t.fit()
-    return t.setup.out
+    Trainer(model, train_set, optimizer, build_scheduler(optimizer, config.optim, train_set.total), cbs + ([ProgressCB()] if progress else [])).fit()
+    return data.out
 
 # %% ../nbs/40_training.ipynb #156951a6
 def close_process_group():

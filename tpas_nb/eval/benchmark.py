@@ -11,7 +11,7 @@ import torch
 
 from ..config import progress as show_progress
 from ..data.pab import PABFolder, PABTestDataset
-from ..data.synth import OOD_VARIANTS, make_test_variant
+from ..data.synth.corpus import OOD_VARIANTS, make_test_variant
 from ..data.weather import WEATHERS
 from .retrieval import embed_gallery, embed_queries, evaluate
 from ..methods.base import ITM_SCORES

@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 
 from ..config import RunConfig
 from ..data.pab import IMAGE_EXTS, PABError, PABFolder, PABTestDataset, image_files
-from ..data.synth import make_synthpab
+from ..data.synth.corpus import make_synthpab
 from .retrieval import embed_gallery, embed_queries, rank, similarity, split_metrics
 from .benchmark import ranking_name, resolve_splits, texts_digest
 from ..methods.base import ITM_SCORES

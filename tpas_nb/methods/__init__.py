@@ -9,7 +9,7 @@ __all__ = ['method_table', 'build_method', 'method_switches', 'method_key', 'all
 # %% ../../nbs/29_methods.ipynb #8fe0ca9a
 from functools import lru_cache
 from .base import MethodConfig, MethodConfigs, Method, MethodSpec, RegulariserSpec, MethodTable
-from ..config import BackboneConfig, RunConfig, flat_config
+from ..config import DEFAULT_PROFILE, BackboneConfig, RunConfig, flat_config
 
 @lru_cache(maxsize=1)
 def method_table() -> MethodTable:
@@ -41,7 +41,7 @@ def switch_classes() -> dict[str, type]:
     return method_table().switch_classes()
 
 # %% ../../nbs/29_methods.ipynb #bc70c9d1
-def from_flat(profile: str = 'cpu', # a key of PROFILE_SETTINGS (00_config)
+def from_flat(profile: str = DEFAULT_PROFILE, # a key of PROFILE_SETTINGS (00_config)
               **flat,                # flat parameters (None: the profile's value)
              ) -> RunConfig:
     "The RunConfig of `profile` with `flat` in place; a name that is neither a run field nor a switch of flat['method'], or a switch of the wrong type or range, is a ValueError."

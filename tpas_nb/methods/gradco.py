@@ -11,6 +11,7 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
+from fastcore.basics import patch
 
 from ..config import BackboneConfig
 from ..models.encoders import CrossKV, cross_kv, itm_logits_cached, init_bert_weights, masked_mean, pool_image, pool_text
@@ -214,7 +215,7 @@ def hia_image_tokens(I: StreamOutput) -> Tensor:
     return I.tokens.transpose(1, 2).flatten(2)
 
 
-# %% ../../nbs/24_gradco.ipynb #0f734935
+# %% ../../nbs/24_gradco.ipynb #5858999d
 @dataclass(kw_only=True)
 class GradCOEncoded(Encoded):
     "A training batch through GradCO: `Encoded` (the retrieval features), with the streams and HIA."
@@ -225,8 +226,6 @@ class GradCOEncoded(Encoded):
 
 class GradCO(Method):
     "GradCO: B-MoE expert streams, COL offload anchors and HIA aggregation on the shared backbone."
-    # Longer than STYLE.md's 150 lines on purpose: the forward follows the paper's Fig. 2 (B-MoE, then COL, then HIA) and
-    # each loss sits beside the features it reads; the blocks themselves (BMoE, COL, HIA) are the classes above.
     skip_unweighted = False   # every term is computed, at weight 0 too: the arms D#12 / D#13 still report the removed loss
 
     def __init__(self, backbone_cfg: BackboneConfig, tokens: TokenIds, cfg: GradCOConfig | None = None, regularisers: dict | None = None):
@@ -253,210 +252,174 @@ class GradCO(Method):
         "stream_heads='pretrained': every stream's Proj_s (and text attention pool) starts as the loaded backbone's head; their ids."
         return set().union(*(moe.warm_start(self.backbone) for moe in (self.image_moe, self.text_moe) if moe is not None))
 
-    # -- (a) B-MoE ---------------------------------------------------------------------------------
-    def image_streams(self, img: Tensor) -> StreamOutput:
-        "B×P×D_I image tokens -> the image streams (without experts: the backbone feature in every stream)."
-        if self.image_moe is not None: return self.image_moe(img)
-        f = self.backbone.image_global(img)                                        # B×E
-        return StreamOutput(img[:, None], f[:, None].expand(-1, self.num_streams, -1), None, None)
+# %% ../../nbs/24_gradco.ipynb #8f547461
+@patch
+def image_streams(self: GradCO, img: Tensor) -> StreamOutput:
+    "B×P×D_I image tokens -> the image streams (without experts: the backbone feature in every stream)."
+    if self.image_moe is not None: return self.image_moe(img)
+    f = self.backbone.image_global(img)                                        # B×E
+    return StreamOutput(img[:, None], f[:, None].expand(-1, self.num_streams, -1), None, None)
 
-    def text_streams(self, txt: Tensor, mask: Tensor) -> StreamOutput:
-        "B×L×D_T text tokens -> the text streams (without experts: the backbone feature in every stream)."
-        if self.text_moe is not None: return self.text_moe(txt, mask)
-        f = self.backbone.text_global(txt, mask)                                   # B×E
-        return StreamOutput(txt[:, None], f[:, None].expand(-1, self.num_streams, -1), None, None)
+@patch
+def text_streams(self: GradCO, txt: Tensor, mask: Tensor) -> StreamOutput:
+    "B×L×D_T text tokens -> the text streams (without experts: the backbone feature in every stream)."
+    if self.text_moe is not None: return self.text_moe(txt, mask)
+    f = self.backbone.text_global(txt, mask)                                   # B×E
+    return StreamOutput(txt[:, None], f[:, None].expand(-1, self.num_streams, -1), None, None)
 
-    # -- (b) COL and (c) HIA -----------------------------------------------------------------------
-    def intent_weights(self, txt_feats: Tensor) -> Tensor:
-        "B×R×E text expert features -> B×R HIA weights (uniform without the intent gate)."
-        if self.intent_gate is None: return txt_feats.new_full(txt_feats.shape[:2], 1 / txt_feats.shape[1])
-        return self.intent_gate(txt_feats.flatten(1)).softmax(-1)
+# %% ../../nbs/24_gradco.ipynb #55a6559d
+@patch
+def anchor_space(self: GradCO, feats: Tensor, norms: Tensor | None) -> Tensor:
+    "…×R×E unit expert features -> the features the anchors read and are added to: themselves ('unit'), or × their norms before normalisation ('raw')."
+    return feats * norms[..., None] if self.cfg.anchor_space == 'raw' and norms is not None else feats
 
-    def anchor_space(self, feats: Tensor, norms: Tensor | None) -> Tensor:
-        "…×R×E unit expert features -> the features the anchors read and are added to: themselves ('unit'), or × their norms before normalisation ('raw')."
-        return feats * norms[..., None] if self.cfg.anchor_space == 'raw' and norms is not None else feats
+@patch
+def offload_anchors(self: GradCO, txt_feats: Tensor, I: StreamOutput) -> Tensor:
+    "Anchors Δ^r_ij of every stream from anchor-space features (`anchor_space`), R×B×G×E."
+    img_feats = self.anchor_space(I.feats, I.norms)                            # G×R×E
+    delta = [anc(txt_feats[:, r], img_feats[:, r], I.tokens[:, r if I.tokens.shape[1] > 1 else 0]) for r, anc in enumerate(self.anchors.values())]
+    if self.cfg.anchor_ortho: delta = [orthogonal_anchors(d, txt_feats[:, r], img_feats[:, r]) for r, d in enumerate(delta)]
+    return torch.stack(delta)
 
-    def offload_anchors(self, txt_feats: Tensor, I: StreamOutput) -> Tensor:
-        "Anchors Δ^r_ij of every stream from anchor-space features (`anchor_space`), R×B×G×E."
-        img_feats = self.anchor_space(I.feats, I.norms)                            # G×R×E
-        delta = [anc(txt_feats[:, r], img_feats[:, r], I.tokens[:, r if I.tokens.shape[1] > 1 else 0]) for r, anc in enumerate(self.anchors.values())]
-        if self.cfg.anchor_ortho: delta = [orthogonal_anchors(d, txt_feats[:, r], img_feats[:, r]) for r, d in enumerate(delta)]
-        return torch.stack(delta)
+# %% ../../nbs/24_gradco.ipynb #2a0743a4
+@patch
+def intent_weights(self: GradCO, txt_feats: Tensor) -> Tensor:
+    "B×R×E text expert features -> B×R HIA weights (uniform without the intent gate)."
+    if self.intent_gate is None: return txt_feats.new_full(txt_feats.shape[:2], 1 / txt_feats.shape[1])
+    return self.intent_gate(txt_feats.flatten(1)).softmax(-1)
 
-    def hia(self, txt_feats: Tensor,   # B×R×E text expert features (unit)
-            I: StreamOutput,           # the image streams of G images
-            offload: bool = True,      # add the anchors (training); False: plain expert cosines (retrieval)
-            txt_norms: Tensor | None = None,  # B×R norms of the text features before normalisation (anchor_space='raw')
-           ) -> HIAScores:
-        "S_final = Σ_r w_r S_r (D#9: the cosine of the aggregated features); a cosine is scale-free, so only the anchors see `anchor_space`."
-        w = self.intent_weights(txt_feats)                                         # B×R
-        t_a = self.anchor_space(txt_feats, txt_norms)                              # B×R×E, f^T as the anchors see it
-        delta = self.offload_anchors(t_a, I) if offload and self.anchors is not None else None   # R×B×G×E
-        if self.cfg.hia_agg_sims:
-            sims = torch.stack([offloaded_similarity(t_a[:, r], I.feats[:, r], None if delta is None else delta[r])
-                                for r in range(self.num_streams)])                 # R×B×G, S_r
-            return HIAScores(torch.einsum('rbg,br->bg', sims, w), w, delta, sims)
-        t = torch.einsum('br,bre->be', w, txt_feats)                               # B×E, Σ_r w_r f^T_r
-        if txt_norms is not None and self.cfg.anchor_space == 'raw': t = t * (w * txt_norms).sum(1, keepdim=True)   # × Σ_r w_r ‖f^T_r‖
-        d = None if delta is None else torch.einsum('br,rbge->bge', w, delta)      # B×G×E, Σ_r w_r Δ^r
-        return HIAScores(offloaded_similarity(t, I.feats.mean(1), d), w, delta, None)
+@patch
+def hia(self: GradCO, txt_feats: Tensor,   # B×R×E text expert features (unit)
+        I: StreamOutput,           # the image streams of G images
+        offload: bool = True,      # add the anchors (training); False: plain expert cosines (retrieval)
+        txt_norms: Tensor | None = None,  # B×R norms of the text features before normalisation (anchor_space='raw')
+       ) -> HIAScores:
+    "S_final = Σ_r w_r S_r (D#9: the cosine of the aggregated features); a cosine is scale-free, so only the anchors see `anchor_space`."
+    w = self.intent_weights(txt_feats)                                         # B×R
+    t_a = self.anchor_space(txt_feats, txt_norms)                              # B×R×E, f^T as the anchors see it
+    delta = self.offload_anchors(t_a, I) if offload and self.anchors is not None else None   # R×B×G×E
+    if self.cfg.hia_agg_sims:
+        sims = torch.stack([offloaded_similarity(t_a[:, r], I.feats[:, r], None if delta is None else delta[r])
+                            for r in range(self.num_streams)])                 # R×B×G, S_r
+        return HIAScores(torch.einsum('rbg,br->bg', sims, w), w, delta, sims)
+    t = torch.einsum('br,bre->be', w, txt_feats)                               # B×E, Σ_r w_r f^T_r
+    if txt_norms is not None and self.cfg.anchor_space == 'raw': t = t * (w * txt_norms).sum(1, keepdim=True)   # × Σ_r w_r ‖f^T_r‖
+    d = None if delta is None else torch.einsum('br,rbge->bge', w, delta)      # B×G×E, Σ_r w_r Δ^r
+    return HIAScores(offloaded_similarity(t, I.feats.mean(1), d), w, delta, None)
 
-    def text_retrieval_feature(self, txt_feats: Tensor, w: Tensor) -> Tensor:
-        "Q×R×E, Q×R -> unit Q×F text feature of retrieval (F = R·E; D#9: E)."
-        if self.cfg.hia_agg_sims: return hia_text_feature(txt_feats, w)
-        return F.normalize(torch.einsum('qr,qre->qe', w, txt_feats), dim=-1)
+@patch
+def text_retrieval_feature(self: GradCO, txt_feats: Tensor, w: Tensor) -> Tensor:
+    "Q×R×E, Q×R -> unit Q×F text feature of retrieval (F = R·E; D#9: E)."
+    if self.cfg.hia_agg_sims: return hia_text_feature(txt_feats, w)
+    return F.normalize(torch.einsum('qr,qre->qe', w, txt_feats), dim=-1)
 
-    def image_retrieval_feature(self, img_feats: Tensor) -> Tensor:
-        "G×R×E -> unit G×F image feature of retrieval."
-        if self.cfg.hia_agg_sims: return hia_image_feature(img_feats)
-        return F.normalize(img_feats.mean(1), dim=-1)
+@patch
+def image_retrieval_feature(self: GradCO, img_feats: Tensor) -> Tensor:
+    "G×R×E -> unit G×F image feature of retrieval."
+    if self.cfg.hia_agg_sims: return hia_image_feature(img_feats)
+    return F.normalize(img_feats.mean(1), dim=-1)
 
-    # -- the hooks of Method: features, training scores, losses ------------------------------------
-    def image_feature(self, img: Tensor) -> Tensor:
-        "B×P×D_I tokens -> the image feature of retrieval."
-        return self.image_retrieval_feature(self.image_streams(img).feats)
+@patch
+def image_feature(self: GradCO, img: Tensor) -> Tensor:
+    "B×P×D_I tokens -> the image feature of retrieval."
+    return self.image_retrieval_feature(self.image_streams(img).feats)
 
-    def text_feature(self, txt: Tensor, txt_mask: Tensor) -> Tensor:
-        "B×L×D_T tokens -> the HIA-weighted text feature of retrieval."
-        T = self.text_streams(txt, txt_mask)
-        return self.text_retrieval_feature(T.feats, self.intent_weights(T.feats))
+@patch
+def text_feature(self: GradCO, txt: Tensor, txt_mask: Tensor) -> Tensor:
+    "B×L×D_T tokens -> the HIA-weighted text feature of retrieval."
+    T = self.text_streams(txt, txt_mask)
+    return self.text_retrieval_feature(T.feats, self.intent_weights(T.feats))
 
-    def encode(self, batch: dict) -> GradCOEncoded:
-        "Tokens, (a) the streams of both sides, (b)+(c) anchors and S_final, and the retrieval features."
-        img, txt, mask = self.encode_tokens(batch)                                 # B×P×D_I, B×L×D_T, B×L
-        I, T = self.image_streams(img), self.text_streams(txt, mask)              # U: B×R×N×D, f: B×R×E
-        hia = self.hia(self.gather(T.feats), self.contrastive_streams(I),
-                       txt_norms=None if T.norms is None else self.gather(T.norms))  # S_final: B×B (W·B×W·B under DDP)
-        return GradCOEncoded(img, txt, mask, self.image_retrieval_feature(I.feats), self.text_retrieval_feature(T.feats, self.local(hia.weights)),
-                             I=I, T=T, hia=hia, idx=batch.get('idx'))
+# %% ../../nbs/24_gradco.ipynb #d568a222
+@patch
+def encode(self: GradCO, batch: dict) -> GradCOEncoded:
+    "Tokens, (a) the streams of both sides, (b)+(c) anchors and S_final, and the retrieval features."
+    img, txt, mask = self.encode_tokens(batch)                                 # B×P×D_I, B×L×D_T, B×L
+    I, T = self.image_streams(img), self.text_streams(txt, mask)              # U: B×R×N×D, f: B×R×E
+    hia = self.hia(self.gather(T.feats), self.contrastive_streams(I),
+                   txt_norms=None if T.norms is None else self.gather(T.norms))  # S_final: B×B (W·B×W·B under DDP)
+    return GradCOEncoded(img, txt, mask, self.image_retrieval_feature(I.feats), self.text_retrieval_feature(T.feats, self.local(hia.weights)),
+                         I=I, T=T, hia=hia, idx=batch.get('idx'))
 
-    def contrastive_streams(self, I: StreamOutput) -> StreamOutput:
-        "The image streams COL and HIA score against: the batch's, or under DDP the tokens and features of all processes' (with gradient)."
-        if not self.gather_processes: return I
-        return StreamOutput(self.gather(I.tokens), self.gather(I.feats), None, None, None if I.norms is None else self.gather(I.norms))
+@patch
+def contrastive_streams(self: GradCO, I: StreamOutput) -> StreamOutput:
+    "The image streams COL and HIA score against: the batch's, or under DDP the tokens and features of all processes' (with gradient)."
+    if not self.gather_processes: return I
+    return StreamOutput(self.gather(I.tokens), self.gather(I.feats), None, None, None if I.norms is None else self.gather(I.norms))
 
-    def contrastive_scores(self, enc: GradCOEncoded) -> Tensor:
-        "S_finalᵀ (rows images, columns texts): L_itc is the InfoNCE of the aggregated, offloaded expert similarities."
-        return enc.hia.scores.t()
+@patch
+def contrastive_scores(self: GradCO, enc: GradCOEncoded) -> Tensor:
+    "S_finalᵀ (rows images, columns texts): L_itc is the InfoNCE of the aggregated, offloaded expert similarities."
+    return enc.hia.scores.t()
 
-    def itm_negatives(self, enc: GradCOEncoded, idx: Tensor, temp: Tensor) -> tuple[Tensor, Tensor]:
-        "Our reading: drawn ∝ softmax(S_final/τ') from this process's block (τ' = itm_neg_temp, or the learnt τ); D#11: X-VLM's draw on the retrieval features."
-        if not self.cfg.hia_agg_feat: return super().itm_negatives(enc, idx, temp)
-        return sample_itm_negatives(self.local(self.contrastive_scores(enc), (0, 1)), idx, self.cfg.itm_neg_temp or temp, floor=self.cfg.itm_neg_floor)
+# %% ../../nbs/24_gradco.ipynb #f41fcac8
+@patch
+def itm_negatives(self: GradCO, enc: GradCOEncoded, idx: Tensor, temp: Tensor) -> tuple[Tensor, Tensor]:
+    "Our reading: drawn ∝ softmax(S_final/τ') from this process's block (τ' = itm_neg_temp, or the learnt τ); D#11: X-VLM's draw on the retrieval features."
+    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_negatives(enc, idx, temp)
+    return sample_itm_negatives(self.local(self.contrastive_scores(enc), (0, 1)), idx, self.cfg.itm_neg_temp or temp, floor=self.cfg.itm_neg_floor)
 
-    def default_losses(self) -> list[Loss]:
-        "The base's losses on GradCO's scores and cross-encoder inputs, then L_dir (`DirLoss`)."
-        return [*super().default_losses(), DirLoss()]
+@patch
+def itm_image_tokens(self: GradCO, img: Tensor) -> Tensor:
+    "B×P×D_I tokens -> the R' stream token sequences side by side, B×P×R'·D_I (D#11: the backbone's tokens)."
+    return hia_image_tokens(self.image_streams(img)) if self.cfg.hia_agg_feat else img
 
-    # -- the hooks of Method: what the cross encoder reads (HIA's intent-aware aggregation) -----------
-    def itm_image_tokens(self, img: Tensor) -> Tensor:
-        "B×P×D_I tokens -> the R' stream token sequences side by side, B×P×R'·D_I (D#11: the backbone's tokens)."
-        return hia_image_tokens(self.image_streams(img)) if self.cfg.hia_agg_feat else img
+@patch
+def itm_text(self: GradCO, txt: Tensor, txt_mask: Tensor) -> CrossText:
+    "B×L×D_T tokens -> Σ_r w_r U^T_r, the mask, and the weights w the image side is mixed with (D#11: the backbone's tokens)."
+    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_text(txt, txt_mask)
+    T = self.text_streams(txt, txt_mask)
+    w = self.intent_weights(T.feats)                                              # B×R
+    return CrossText(aggregate_tokens(T.tokens, w), txt_mask, w)
 
-    def itm_text(self, txt: Tensor, txt_mask: Tensor) -> CrossText:
-        "B×L×D_T tokens -> Σ_r w_r U^T_r, the mask, and the weights w the image side is mixed with (D#11: the backbone's tokens)."
-        if not self.cfg.hia_agg_feat: return super().itm_text(txt, txt_mask)
-        T = self.text_streams(txt, txt_mask)
-        w = self.intent_weights(T.feats)                                              # B×R
-        return CrossText(aggregate_tokens(T.tokens, w), txt_mask, w)
+@patch
+def itm_inputs(self: GradCO, enc: GradCOEncoded) -> tuple[Tensor, CrossText]:
+    "The batch's two sides for the cross encoder, from the streams and weights `encode` computed."
+    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_inputs(enc)
+    w = self.local(enc.hia.weights)                                               # B×R, this process's texts
+    return hia_image_tokens(enc.I), CrossText(aggregate_tokens(enc.T.tokens, w), enc.mask, w)
 
-    def itm_inputs(self, enc: GradCOEncoded) -> tuple[Tensor, CrossText]:
-        "The batch's two sides for the cross encoder, from the streams and weights `encode` computed."
-        if not self.cfg.hia_agg_feat: return super().itm_inputs(enc)
-        w = self.local(enc.hia.weights)                                               # B×R, this process's texts
-        return hia_image_tokens(enc.I), CrossText(aggregate_tokens(enc.T.tokens, w), enc.mask, w)
+@patch
+def itm_logits(self: GradCO, txt: CrossText, img_tokens: Tensor, img_mask: Tensor | None = None) -> Tensor:
+    "N pairs -> N×2 ITM logits; each image's streams are aggregated with its query's weights: (Σ_r w_r U^T_r, Σ_r w_r U^I_r)."
+    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_logits(txt, img_tokens, img_mask)
+    img = aggregate_tokens(img_tokens.unflatten(-1, (-1, self.backbone.vision_width)).transpose(1, 2), txt.weights)   # N×P×D_I
+    return super(GradCO, self).itm_logits(txt, img, img_mask)
 
-    def itm_logits(self, txt: CrossText, img_tokens: Tensor, img_mask: Tensor | None = None) -> Tensor:
-        "N pairs -> N×2 ITM logits; each image's streams are aggregated with its query's weights: (Σ_r w_r U^T_r, Σ_r w_r U^I_r)."
-        if not self.cfg.hia_agg_feat: return super().itm_logits(txt, img_tokens, img_mask)
-        img = aggregate_tokens(img_tokens.unflatten(-1, (-1, self.backbone.vision_width)).transpose(1, 2), txt.weights)   # N×P×D_I
-        return super().itm_logits(txt, img, img_mask)
+@patch
+@torch.no_grad()
+def itm_gallery(self: GradCO, img_tokens: Tensor, img_mask: Tensor | None = None) -> CrossKV:
+    "G×P×R'·D_I stream tokens -> the keys and values of each stream, C×2×H×G×R'×P×d (D#11: the base's)."
+    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_gallery(img_tokens, img_mask)
+    G = img_tokens.shape[0]
+    streams = img_tokens.unflatten(-1, (-1, self.backbone.vision_width)).transpose(1, 2)        # G×R'×P×D_I
+    kv = cross_kv(self.backbone, streams.flatten(0, 1)).kv                                       # C×2×H×G·R'×P×d
+    mask = None if img_mask is None or bool(img_mask.bool().all()) else img_mask
+    return CrossKV(kv.unflatten(3, (G, streams.shape[1])), mask)
 
-    @torch.no_grad()
-    def itm_gallery(self, img_tokens: Tensor, img_mask: Tensor | None = None) -> CrossKV:
-        "G×P×R'·D_I stream tokens -> the keys and values of each stream, C×2×H×G×R'×P×d (D#11: the base's)."
-        if not self.cfg.hia_agg_feat: return super().itm_gallery(img_tokens, img_mask)
-        G = img_tokens.shape[0]
-        streams = img_tokens.unflatten(-1, (-1, self.backbone.vision_width)).transpose(1, 2)        # G×R'×P×D_I
-        kv = cross_kv(self.backbone, streams.flatten(0, 1)).kv                                       # C×2×H×G·R'×P×d
-        mask = None if img_mask is None or bool(img_mask.bool().all()) else img_mask
-        return CrossKV(kv.unflatten(3, (G, streams.shape[1])), mask)
+@patch
+@torch.no_grad()
+def itm_scores_cached(self: GradCO, txt: CrossText, gallery: CrossKV, idx: Tensor, score: str = 'logit') -> Tensor:
+    "n×k scores of 'match' (`match_score`); each candidate's stream keys and values mixed with its query's weights, Σ_r w_r K(U^I_r) (D#11: the base's)."
+    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_scores_cached(txt, gallery, idx, score)
+    cand = gallery.gather(idx)                                                                   # kv C×2×H×n×k×R'×P×d
+    kv = cand.kv[:, :, :, :, :, 0] if cand.kv.shape[5] == 1 else torch.einsum('cshnkrpd,nr->cshnkpd', cand.kv, txt.weights)
+    return match_score(itm_logits_cached(self.backbone, txt.tokens, txt.mask, CrossKV(kv, cand.mask)), score)
 
-    @torch.no_grad()
-    def itm_scores_cached(self, txt: CrossText, gallery: CrossKV, idx: Tensor, score: str = 'logit') -> Tensor:
-        "n×k scores of 'match' (`match_score`); each candidate's stream keys and values mixed with its query's weights, Σ_r w_r K(U^I_r) (D#11: the base's)."
-        if not self.cfg.hia_agg_feat: return super().itm_scores_cached(txt, gallery, idx, score)
-        cand = gallery.gather(idx)                                                                   # kv C×2×H×n×k×R'×P×d
-        kv = cand.kv[:, :, :, :, :, 0] if cand.kv.shape[5] == 1 else torch.einsum('cshnkrpd,nr->cshnkpd', cand.kv, txt.weights)
-        return match_score(itm_logits_cached(self.backbone, txt.tokens, txt.mask, CrossKV(kv, cand.mask)), score)
+@patch
+def ranking_scores(self: GradCO, sim: Tensor, txt_feat: Tensor) -> Tensor:
+    "S_final = Σ_r w_r cos_r from the evaluator's Q×G similarity t·v = S_final / (√R‖w‖); D#9: the cosine itself."
+    if not self.cfg.hia_agg_sims: return sim
+    n = txt_feat.unflatten(1, (len(self.cfg.streams), -1)).norm(dim=-1)           # Q×R, w_r / ‖w‖
+    return sim * math.sqrt(n.shape[1]) / n.sum(1, keepdim=True)
 
-    def ranking_scores(self, sim: Tensor, txt_feat: Tensor) -> Tensor:
-        "S_final = Σ_r w_r cos_r from the evaluator's Q×G similarity t·v = S_final / (√R‖w‖); D#9: the cosine itself."
-        if not self.cfg.hia_agg_sims: return sim
-        n = txt_feat.unflatten(1, (len(self.cfg.streams), -1)).norm(dim=-1)           # Q×R, w_r / ‖w‖
-        return sim * math.sqrt(n.shape[1]) / n.sum(1, keepdim=True)
+# %% ../../nbs/24_gradco.ipynb #b5c9698c
+@patch
+def default_losses(self: GradCO) -> list[Loss]:
+    "The base's losses on GradCO's scores and cross-encoder inputs, then L_dir (`DirLoss`)."
+    return [*super(GradCO, self).default_losses(), DirLoss()]
 
-    # -- the hooks of Method: what GradCO reports (training log, 31_diagnostics) ------------------------
-    @torch.no_grad()
-    def stream_stats(self, enc: GradCOEncoded) -> dict:
-        "Per stream: anchor norm, its cosine with f^T − f^I (Fig. 6-7) and μ_Δ; the norm of the features it is added to; mean top-gate, sub-gate max and HIA weights (0-d tensors)."
-        I, T, hia, out = enc.I, enc.T, enc.hia, {}
-        w = self.local(hia.weights)                                                    # B×R, this process's texts
-        t_a, i_a = self.anchor_space(T.feats, T.norms), self.anchor_space(I.feats, I.norms)   # B×R×E, anchor space
-        for r, s in enumerate(self.cfg.streams):
-            if hia.delta is not None:
-                delta = self.local(hia.delta[r], (0, 1))                               # B×B×E, this process's pairs
-                diff = t_a[:, None, r] - i_a[None, :, r]                               # B×B×E, f^T_i − f^I_j
-                d = anchor_directions(delta)                                           # B×B×E
-                off = ~torch.eye(d.shape[1], dtype=torch.bool, device=d.device)        # j ≠ k
-                out[f'anchor_norm_{s}'] = delta.norm(dim=-1).mean()
-                out[f'anchor_cos_{s}'] = F.cosine_similarity(delta, diff, dim=-1).mean()
-                out[f'mu_delta_{s}'] = torch.einsum('bje,bke->bjk', d, d)[:, off].mean()   # μ_Δ of this stream
-                out[f'feat_norm_txt_{s}'] = t_a[:, r].norm(dim=-1).mean()              # ‖f^T‖ the anchor is added to (1: 'unit')
-            if I.top is not None: out[f'gate_img_{s}'] = I.top[:, r].mean()
-            if T.top is not None: out[f'gate_txt_{s}'] = T.top[:, r].mean()
-            if I.sub is not None: out[f'sub_img_max_{s}'] = I.sub[:, r].amax(-1).mean()   # mean over the batch of max_k w^k_s (the mean is 1/K)
-            if T.sub is not None: out[f'sub_txt_max_{s}'] = T.sub[:, r].amax(-1).mean()
-            out[f'hia_{s}'] = w[:, r].mean()
-        if I.top is not None: out['gate_img_max'] = I.top.amax(-1).mean()            # mean over the batch of max_s w_top,s: 1/R uniform, 1 collapsed
-        if T.top is not None: out['gate_txt_max'] = T.top.amax(-1).mean()
-        return out
-
-    def batch_margins(self, enc: GradCOEncoded) -> dict:
-        "In-batch Table 7 margins, mean over texts of s⁺ − max s⁻: on S_final as retrieval ranks it (no anchors) and as ITC trains it (with anchors)."
-        if enc.idx is None: return {}
-        T, I = enc.T, enc.I
-        other = enc.idx[:, None] != enc.idx[None, :]                                     # B×B, a negative
-        def margin(S): return (S.diagonal() - S.masked_fill(~other, -torch.inf).amax(1)).mean()
-        w = self.local(enc.hia.weights)                                                # B×R
-        if self.cfg.hia_agg_sims: plain = torch.einsum('bre,gre,br->bg', T.feats, I.feats, w)   # B×B, retrieval's S_final = Σ_r w_r cos_r
-        else: plain = F.normalize(torch.einsum('br,bre->be', w, T.feats), dim=-1) @ F.normalize(I.feats.mean(1), dim=-1).t()
-        return {'margin_batch': margin(plain), **({'margin_batch_offload': margin(self.local(enc.hia.scores, (0,)))}
-                                                  if enc.hia.delta is not None and not self.gather_processes else {})}
-
-    def training_stats(self, enc: GradCOEncoded) -> dict:
-        "With log_stats: the stream statistics, the in-batch margins, μ_Δ and r_conf (on detached copies) as 'stat_*' scalars of forward's output."
-        if not self.cfg.log_stats: return {}
-        out = self.stream_stats(enc)
-        with torch.no_grad(): out.update(self.batch_margins(enc))
-        mus = [v for k, v in out.items() if k.startswith('mu_delta_')]
-        if mus: out['mu_delta'] = torch.stack(mus).mean()
-        if enc.idx is not None and not self.gather_processes:
-            rep, fn = self.score_map(GradCOEncoded(enc.img, enc.txt, enc.mask, enc.img_feat, enc.txt_feat, I=_detached(enc.I), T=_detached(enc.T), hia=enc.hia))
-            out['r_conf'] = torch.tensor(conflict_rate(fn, rep, self.backbone.temperature().detach(), enc.idx))
-        return {f'stat_{k}': v.detach() for k, v in out.items()}
-
-    def score_map(self, enc: GradCOEncoded) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
-        "(B×R×E text expert features, f^T ↦ S_final): the anchors and the intent gate follow f^T (the norms before normalisation held)."
-        return enc.T.feats, lambda tf: self.hia(tf, enc.I, txt_norms=enc.T.norms).scores
-
-    @torch.no_grad()
-    def diagnostics(self, enc: GradCOEncoded) -> Report:
-        "The stream statistics, L_dir per stream, and the anchors Δ."
-        delta, streams = enc.hia.delta, self.cfg.streams
-        l_dir = {} if delta is None else {f'l_dir_{s}': direction_diversity(delta[r], self.cfg.sigma) for r, s in enumerate(streams)}
-        return Report({**self.stream_stats(enc), **l_dir}, delta)
-
+# %% ../../nbs/24_gradco.ipynb #a0458076
 def _detached(s: StreamOutput) -> StreamOutput: return StreamOutput(*(None if x is None else x.detach() for x in s))
 
 class DirLoss(Loss):
@@ -467,6 +430,72 @@ class DirLoss(Loss):
         return {'dir': torch.stack([direction_diversity(d, method.cfg.sigma) for d in enc.hia.delta]).mean()}
 
 GRADCO_METHODS = {'gradco': MethodSpec(GradCO, GradCOConfig, dict(counterpart_batches=True))}   # batches hold each person's two records (the reading above); the table: 29_methods
+
+# %% ../../nbs/24_gradco.ipynb #26c5445f
+@patch
+@torch.no_grad()
+def stream_stats(self: GradCO, enc: GradCOEncoded) -> dict:
+    "Per stream: anchor norm, its cosine with f^T − f^I (Fig. 6-7) and μ_Δ; the norm of the features it is added to; mean top-gate, sub-gate max and HIA weights (0-d tensors)."
+    I, T, hia, out = enc.I, enc.T, enc.hia, {}
+    w = self.local(hia.weights)                                                    # B×R, this process's texts
+    t_a, i_a = self.anchor_space(T.feats, T.norms), self.anchor_space(I.feats, I.norms)   # B×R×E, anchor space
+    for r, s in enumerate(self.cfg.streams):
+        if hia.delta is not None:
+            delta = self.local(hia.delta[r], (0, 1))                               # B×B×E, this process's pairs
+            diff = t_a[:, None, r] - i_a[None, :, r]                               # B×B×E, f^T_i − f^I_j
+            d = anchor_directions(delta)                                           # B×B×E
+            off = ~torch.eye(d.shape[1], dtype=torch.bool, device=d.device)        # j ≠ k
+            out[f'anchor_norm_{s}'] = delta.norm(dim=-1).mean()
+            out[f'anchor_cos_{s}'] = F.cosine_similarity(delta, diff, dim=-1).mean()
+            out[f'mu_delta_{s}'] = torch.einsum('bje,bke->bjk', d, d)[:, off].mean()   # μ_Δ of this stream
+            out[f'feat_norm_txt_{s}'] = t_a[:, r].norm(dim=-1).mean()              # ‖f^T‖ the anchor is added to (1: 'unit')
+        if I.top is not None: out[f'gate_img_{s}'] = I.top[:, r].mean()
+        if T.top is not None: out[f'gate_txt_{s}'] = T.top[:, r].mean()
+        if I.sub is not None: out[f'sub_img_max_{s}'] = I.sub[:, r].amax(-1).mean()   # mean over the batch of max_k w^k_s (the mean is 1/K)
+        if T.sub is not None: out[f'sub_txt_max_{s}'] = T.sub[:, r].amax(-1).mean()
+        out[f'hia_{s}'] = w[:, r].mean()
+    if I.top is not None: out['gate_img_max'] = I.top.amax(-1).mean()            # mean over the batch of max_s w_top,s: 1/R uniform, 1 collapsed
+    if T.top is not None: out['gate_txt_max'] = T.top.amax(-1).mean()
+    return out
+
+@patch
+def batch_margins(self: GradCO, enc: GradCOEncoded) -> dict:
+    "In-batch Table 7 margins, mean over texts of s⁺ − max s⁻: on S_final as retrieval ranks it (no anchors) and as ITC trains it (with anchors)."
+    if enc.idx is None: return {}
+    T, I = enc.T, enc.I
+    other = enc.idx[:, None] != enc.idx[None, :]                                     # B×B, a negative
+    def margin(S): return (S.diagonal() - S.masked_fill(~other, -torch.inf).amax(1)).mean()
+    w = self.local(enc.hia.weights)                                                # B×R
+    if self.cfg.hia_agg_sims: plain = torch.einsum('bre,gre,br->bg', T.feats, I.feats, w)   # B×B, retrieval's S_final = Σ_r w_r cos_r
+    else: plain = F.normalize(torch.einsum('br,bre->be', w, T.feats), dim=-1) @ F.normalize(I.feats.mean(1), dim=-1).t()
+    return {'margin_batch': margin(plain), **({'margin_batch_offload': margin(self.local(enc.hia.scores, (0,)))}
+                                              if enc.hia.delta is not None and not self.gather_processes else {})}
+
+@patch
+def training_stats(self: GradCO, enc: GradCOEncoded) -> dict:
+    "With log_stats: the stream statistics, the in-batch margins, μ_Δ and r_conf (on detached copies) as 'stat_*' scalars of forward's output."
+    if not self.cfg.log_stats: return {}
+    out = self.stream_stats(enc)
+    with torch.no_grad(): out.update(self.batch_margins(enc))
+    mus = [v for k, v in out.items() if k.startswith('mu_delta_')]
+    if mus: out['mu_delta'] = torch.stack(mus).mean()
+    if enc.idx is not None and not self.gather_processes:
+        rep, fn = self.score_map(GradCOEncoded(enc.img, enc.txt, enc.mask, enc.img_feat, enc.txt_feat, I=_detached(enc.I), T=_detached(enc.T), hia=enc.hia))
+        out['r_conf'] = torch.tensor(conflict_rate(fn, rep, self.backbone.temperature().detach(), enc.idx))
+    return {f'stat_{k}': v.detach() for k, v in out.items()}
+
+@patch
+def score_map(self: GradCO, enc: GradCOEncoded) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+    "(B×R×E text expert features, f^T ↦ S_final): the anchors and the intent gate follow f^T (the norms before normalisation held)."
+    return enc.T.feats, lambda tf: self.hia(tf, enc.I, txt_norms=enc.T.norms).scores
+
+@patch
+@torch.no_grad()
+def diagnostics(self: GradCO, enc: GradCOEncoded) -> Report:
+    "The stream statistics, L_dir per stream, and the anchors Δ."
+    delta, streams = enc.hia.delta, self.cfg.streams
+    l_dir = {} if delta is None else {f'l_dir_{s}': direction_diversity(delta[r], self.cfg.sigma) for r, s in enumerate(streams)}
+    return Report({**self.stream_stats(enc), **l_dir}, delta)
 
 # %% ../../nbs/24_gradco.ipynb #d4898b19
 GRADCO_ARMS: dict[str, dict] = {

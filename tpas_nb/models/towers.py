@@ -13,7 +13,10 @@ import torch.nn.functional as F
 from torch import nn, Tensor
 from ..config import get_preset
 from ..data.pab import MEAN, STD, make_tokenizer
-from ..data.synth import CAMERAS, POSES, SCENES, make_caption, render_person, sample_person
+from ..data.synth.spec import CAMERAS, SCENES
+from ..data.synth.people import POSES, sample_person
+from ..data.synth.draw import render_person
+from ..data.synth.captions import make_caption
 from .encoders import Backbone, LoadReport, load_xvlm_checkpoint, masked_mean, padding_mask, resolve_checkpoint
 
 # %% auto #0

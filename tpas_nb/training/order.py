@@ -8,10 +8,10 @@ import torch
 from torch.utils.data import Dataset
 
 # %% auto #0
-__all__ = ['epoch_permutation', 'micro_batches', 'SeededItems']
+__all__ = ['mix_seeds', 'epoch_permutation', 'micro_batches', 'SeededItems']
 
 # %% ../../nbs/40b_order.ipynb #6d60ac22
-def _mix(*xs: int) -> int:
+def mix_seeds(*xs: int) -> int:
     "A 63-bit seed from integers (splitmix-style, stable across runs and platforms)."
     h = 0x9E3779B97F4A7C15
     for x in xs:
@@ -21,7 +21,7 @@ def _mix(*xs: int) -> int:
 
 def epoch_permutation(n: int, seed: int, epoch: int) -> list[int]:
     "π_e: the order of the n training pairs in epoch `epoch`."
-    return torch.randperm(n, generator=torch.Generator().manual_seed(_mix(seed, epoch))).tolist()
+    return torch.randperm(n, generator=torch.Generator().manual_seed(mix_seeds(seed, epoch))).tolist()
 
 def _units(n: int, partner: list[int] | None) -> list[list[int]]:
     "The items in sampling units: [i, partner[i]] for mutual partners, [i] for the rest."
@@ -62,5 +62,5 @@ class SeededItems(Dataset):
     def __getitem__(self, key: tuple[int, int]):
         epoch, i = key
         with torch.random.fork_rng(devices=[]):
-            torch.random.default_generator.manual_seed(_mix(self.seed, epoch, i))   # the CPU generator only: torch.manual_seed also seeds CUDA/XPU/MTIA lazily, 2.7 ms an item
+            torch.random.default_generator.manual_seed(mix_seeds(self.seed, epoch, i))   # the CPU generator only: torch.manual_seed also seeds CUDA/XPU/MTIA lazily, 2.7 ms an item
             return self.dataset[i]

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/40c_trainer.ipynb #c186c9db
 from __future__ import annotations
-import contextlib, json, random, sys, time
+import contextlib, json, random, time
 from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 from typing import Callable
@@ -26,14 +26,13 @@ from ..models.encoders import LoadReport, check_checkpoint_vocab, load_xvlm_stat
 from ..models.official import load_cmp_state_dict
 from ..methods.seda import load_seda_state_dict
 from ..runs import Run, RunFolder, file_digest, load_state, load_weights, resolve_data_root, save_state, save_weights, vocab_list
-from .order import _mix, SeededItems, micro_batches
+from .order import SeededItems, micro_batches, mix_seeds
 from .schedule import build_optimizer, build_scheduler
 
 # %% auto #0
-__all__ = ['rng_state', 'set_rng_state', 'make_accelerator', 'load_init_weights', 'run_vocab', 'val_summary', 'better',
-           'TrainState', 'Callback', 'progress_line', 'check_run_config', 'RunSetup', 'setup_run', 'setup_model',
-           'TrainData', 'train_data', 'CancelFit', 'Trainer', 'ResumeCB', 'LogCB', 'ValidateCB', 'StopAfterCB',
-           'CheckpointCB', 'ProgressCB']
+__all__ = ['rng_state', 'set_rng_state', 'init_from_checkpoint', 'TrainState', 'Callback', 'check_run_config', 'RunData',
+           'make_data', 'make_method', 'TrainData', 'train_data', 'CancelFit', 'Trainer', 'ResumeCB', 'LogCB',
+           'ValidateCB', 'StopAfterCB', 'CheckpointCB', 'ProgressCB']
 
 # %% ../../nbs/40c_trainer.ipynb #ae77ab8f
 def rng_state() -> dict:
@@ -66,14 +65,6 @@ def make_accelerator(config: RunConfig):
     ddp = DistributedDataParallelKwargs(find_unused_parameters=True)   # ablation arms leave parameters without gradient (GradCO D#12: τ; D#13: the ITM head)
     return Accelerator(cpu=cpu, mixed_precision=mp, kwargs_handlers=[ddp])
 
-def _trainable(m) -> int: return sum(p.numel() for p in m.parameters() if p.requires_grad)
-
-def _peak_memory_mib() -> dict:
-    "Peak resident memory of this process and peak CUDA allocation, in MiB."
-    import resource                                              # here, not at the top: Unix only (Windows has no `resource`)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == 'darwin' else 2**10)
-    return dict(cpu_rss=round(rss, 1), cuda_allocated=round(torch.cuda.max_memory_allocated() / 2**20, 1) if torch.cuda.is_available() else None)
-
 def load_init_weights(method, path) -> LoadReport:
     "Load a checkpoint into `method` by its layout: official SeDA (STP keys) or CMP (pose keys) through their loaders, any other as X-VLM's."
     sd = read_state_dict(path)
@@ -82,8 +73,9 @@ def load_init_weights(method, path) -> LoadReport:
         return load_cmp_state_dict(method.backbone, getattr(method, 'pose_branch', None), sd, path)
     return load_xvlm_state_dict(method.backbone, sd, path)
 
-def _init_checkpoint(method, config: RunConfig, tok, out: Path, write: bool) -> set[int]:
-    "Load `config.init_checkpoint` into the method (`load_init_weights`); returns the ids of parameters it did not load."
+# %% ../../nbs/40c_trainer.ipynb #e1d9c8b7
+def init_from_checkpoint(method, config: RunConfig, tok, out: Path, write: bool) -> set[int]:
+    "Load `config.init_checkpoint` into the method (`load_init_weights`); returns the ids of parameters it did not load (init_report.json in `out` when `write`)."
     if not hasattr(method, 'backbone'): raise ValueError("init_checkpoint needs a method with a .backbone (tpas_nb.models.encoders.Backbone)")
     path = resolve_checkpoint(config.init_checkpoint, config.preset)
     check_checkpoint_vocab(path, vocab_list(tok))
@@ -97,6 +89,7 @@ def _init_checkpoint(method, config: RunConfig, tok, out: Path, write: bool) -> 
         RunFolder(out).write_json('init_report', dict(checkpoint=str(path), sha256=file_digest(path), counts={k: len(v) for k, v in rep.items()}, **rep))
     return {id(p) for p in method.parameters()} - loaded
 
+# %% ../../nbs/40c_trainer.ipynb #b3f1c2a7
 def run_vocab(config: RunConfig) -> str | None:
     "The vocabulary file of a run: data.vocab, else the one beside its init checkpoint (<stem>.vocab.txt), else None (the folder's own)."
     if config.data.vocab: return config.data.vocab
@@ -156,8 +149,8 @@ def check_run_config(config: RunConfig) -> RunConfig:
     return config
 
 @dataclass
-class RunSetup:
-    "A run folder opened for training (`setup_run`): its config, the accelerator, the data folder and the run's own backbone and vocabulary."
+class RunData:
+    "What a run reads before its method exists (`make_data`): its config, the accelerator, the data folder, the run folder with its own backbone and vocabulary."
     config: RunConfig
     acc: object        # accelerate.Accelerator: one process or many
     root: Path         # the data folder
@@ -165,7 +158,7 @@ class RunSetup:
     run: Run           # the run folder (29_runs): its files, and the backbone and vocabulary the method is built on
     resuming: bool     # state.pt exists: the run continues from it
     show: bool         # progress output (the main process only)
-    t_start: float     # when the setup began (metrics.json's wall time of this session)
+    t_start: float     # when `make_data` began (metrics.json's wall time of this session)
 
     @property
     def out(self) -> Path: return self.run.path
@@ -182,8 +175,8 @@ class RunSetup:
     @property
     def has_val(self) -> bool: return 'val' in self.folder.splits()
 
-def setup_run(config: RunConfig, progress: bool = True) -> RunSetup:
-    "The accelerator, the data (SynthPAB generated once), then the run folder opened for training (`Run.start`): a `RunSetup`."
+def make_data(config: RunConfig, progress: bool = True) -> RunData:
+    "Step 1 of a run: the accelerator, the data folder (SynthPAB generated here, once), the run folder opened for training (`Run.start`)."
     t_start, config = time.time(), check_run_config(config)
     acc = make_accelerator(config)
     show = progress and acc.is_main_process
@@ -194,29 +187,34 @@ def setup_run(config: RunConfig, progress: bool = True) -> RunSetup:
     resuming = RunFolder(config.out_dir).has('state')
     with acc.main_process_first():                                   # the main process writes the run files, then the others open the run
         run = Run.start(config, root, data_tok, write=acc.is_main_process)
-    return RunSetup(config, acc, root, folder, run, resuming, show, t_start)   # from here on, the run's own backbone and vocabulary
+    return RunData(config, acc, root, folder, run, resuming, show, t_start)   # from here on, the run's own backbone and vocabulary
 
-def setup_model(s: RunSetup, model: nn.Module | None = None) -> tuple[nn.Module, set[int]]:
-    "The method (the run's, or `model`) after the seed is set, so that every process starts from the same weights, with its X-VLM checkpoint; and the ids of the parameters the checkpoint lacks."
-    set_seed(s.config.seed)
-    model = model if model is not None else s.run.build_method()
-    new_ids = _init_checkpoint(model, s.config, s.tok, s.out, write=s.main and not s.resuming) if s.config.init_checkpoint else set()
+# %% ../../nbs/40c_trainer.ipynb #c4e2a9d1
+def make_method(data: RunData, model: nn.Module | None = None) -> tuple[nn.Module, set[int]]:
+    "Step 2: the run's method by name (or `model`), built after the seed is set so that every process starts from the same weights, then its init checkpoint; and the ids of the parameters the checkpoint lacks."
+    set_seed(data.config.seed)
+    model = model if model is not None else data.run.build_method()
+    new_ids = init_from_checkpoint(model, data.config, data.tok, data.out, write=data.main and not data.resuming) if data.config.init_checkpoint else set()
     return model, new_ids
 
+# %% ../../nbs/40c_trainer.ipynb #d5a3b0e2
 @dataclass
 class TrainData:
-    "A run's training set and how it is cut: epochs of `micro_batches`, A micro-batches per optimiser step, B pairs per step."
+    "What the loop reads (`train_data`): the run's data and its training set, cut into epochs of `micro_batches`, A micro-batches per optimiser step, B pairs per step."
+    setup: RunData             # the run (`make_data`): config, folders, tokenizer, accelerator; the callbacks read it as `t.setup`
     dataset: Dataset           # PABTrainDataset: item (seed, index) -> one training pair (`SeededItems`)
     collate: Callable          # TrainCollate: items -> a batch
     partner: list | None       # paired batches: each record's counterpart in the set (None: records drawn alone)
     seed: int                  # the run's seed: the order of every epoch and each item's augmentation
     A: int                     # micro-batches per optimiser step (gradient accumulation)
     B: int                     # pairs per optimiser step, over all processes
-    W: int                     # processes
-    rank: int                  # this process
     total: int                 # optimiser steps of the run
     num_workers: int = 0       # DataLoader workers
 
+    @property
+    def W(self) -> int: return self.setup.W         # processes
+    @property
+    def rank(self) -> int: return self.setup.rank   # this process
     @property
     def N(self) -> int: return len(self.dataset)
     @property
@@ -229,10 +227,13 @@ class TrainData:
     def loader(self, mbs: list[list[int]], epoch: int) -> DataLoader:
         "The batches of `mbs`, each item augmented from (seed, index) alone, so that a resumed epoch draws what an uninterrupted one would."
         return DataLoader(SeededItems(self.dataset, self.seed), batch_sampler=mbs, collate_fn=self.collate, num_workers=self.num_workers,
-                          generator=torch.Generator().manual_seed(_mix(self.seed, epoch, self.rank)))
+                          generator=torch.Generator().manual_seed(mix_seeds(self.seed, epoch, self.rank)))
 
-def train_data(s: RunSetup, model: nn.Module) -> TrainData:
-    "The training set of the run (its split, its recorded train_subset, paired batches when the method uses counterparts) and the step counts."
+def train_data(s: RunData,                  # the run's data (`make_data`)
+               model: nn.Module,            # its method (`make_method`): image size, pose maps, counterparts
+               check_splits: tuple = (),    # splits evaluated later whose files are checked now, before the first step
+              ) -> TrainData:
+    "The training set of the run for its method (its split, its recorded train_subset, paired batches when the method uses counterparts) and the step counts."
     c = s.config
     needs_cp = getattr(model, 'needs_counterparts', True)              # IHNM: the counterpart itself enters the loss
     pairs = getattr(model, 'paired_batches', needs_cp)                 # batches that hold each person's two records
@@ -252,39 +253,41 @@ def train_data(s: RunSetup, model: nn.Module) -> TrainData:
     per_epoch = N // B
     total = c.epochs * per_epoch if not c.max_steps else min(c.max_steps, c.epochs * per_epoch)
     if c.epochs < 0 or (total < 1 and c.epochs): raise ValueError(f"nothing to train: epochs={c.epochs}, max_steps={c.max_steps}")
-    return TrainData(ds, TrainCollate(s.tok, s.max_len, cache_texts=c.data.token_cache), ds.partner if paired else None,
-                     c.seed, c.grad_accum, B, s.W, s.rank, total, c.data.num_workers)
+    for split in check_splits:                                         # as PABTrainDataset checks the training split
+        if split in s.folder.splits(): s.folder.check_files(split, pose=model.needs_pose)
+    return TrainData(s, ds, TrainCollate(s.tok, s.max_len, cache_texts=c.data.token_cache), ds.partner if paired else None,
+                     c.seed, c.grad_accum, B, total, c.data.num_workers)
 
 # %% ../../nbs/40c_trainer.ipynb #7b7d1d59
 class CancelFit(Exception):
     "Raised by a callback to leave `fit` at once (after_fit still runs)."
 
 class Trainer:
-    "A run's loop in the shape of miniai's `Learner`: the model, its data, AdamW and the schedule, a `TrainState`, and callbacks for the rest."
-    def __init__(self, model: nn.Module,       # the method (`setup_model`)
-                 data: TrainData,              # its training data (`train_data`)
-                 setup: RunSetup,              # the run folder, config and accelerator (`setup_run`)
+    "A run's loop in the shape of miniai's `Learner`: the model, its data, the optimiser and its schedule, a `TrainState`, and callbacks for the rest."
+    def __init__(self, model: nn.Module,       # the method (`make_method`)
+                 data: TrainData,              # its training data and the run they belong to (`train_data`)
+                 optimizer: torch.optim.Optimizer,   # AdamW over the model's parameter groups (`build_optimizer`); parameters it leaves out are frozen
+                 scheduler,                    # the optimizer's learning-rate schedule (`build_scheduler`)
                  callbacks=(),                 # Callbacks, run in their `order`
-                 new_ids: set[int] = frozenset(),   # ids of the parameters the init checkpoint lacks (their lr × lr_mult_new)
                 ):
-        self.setup, self.data, optim = setup, data, setup.config.optim
-        optimizer = build_optimizer(model, optim, new_ids)
+        self.data, self.setup, self.scheduler = data, data.setup, scheduler
         trained = {id(p) for g in optimizer.param_groups for p in g['params']}
         for p in model.parameters():                                   # left out of the optimizer (lr_mult_base 0): frozen, so that
             if id(p) not in trained: p.requires_grad_(False)           # autograd stops at them instead of filling grads no one reads
-        self.scheduler = build_scheduler(optimizer, optim, data.total)
-        self.ddp, self.optimizer = setup.acc.prepare(model, optimizer)  # DDP on several processes, whose contrastive terms then span them all
-        self.model = setup.acc.unwrap_model(self.ddp)                    # the one name of the model; `ddp` only runs it
-        if hasattr(self.model, 'gather_processes'): self.model.gather_processes = setup.W > 1   # ITC, FDL, COL over the global batch (20_base)
+        acc = self.setup.acc
+        self.ddp, self.optimizer = acc.prepare(model, optimizer)        # DDP on several processes, whose contrastive terms then span them all
+        self.model = acc.unwrap_model(self.ddp)                          # the one name of the model; `ddp` only runs it
+        if hasattr(self.model, 'gather_processes'): self.model.gather_processes = data.W > 1   # ITC, FDL, COL over the global batch (20_base)
         self.st, self.callbacks = TrainState(), sorted(callbacks, key=lambda cb: cb.order)
         self.steps_this_call, self.stop_now, self.last, self.end_of_epoch = 0, False, False, False
 
     @classmethod
     def from_config(cls, config: RunConfig, model: nn.Module | None = None, progress: bool = True, callbacks=()) -> Trainer:
-        "`setup_run`, `setup_model` and `train_data` of one run, and its trainer."
-        s = setup_run(config, progress)
-        model, new_ids = setup_model(s, model)
-        return cls(model, train_data(s, model), s, callbacks, new_ids)
+        "The three steps of a run in one call (`train` without its final evaluation): `make_data`, `make_method`, and the trainer of its training set."
+        data = make_data(config, progress)
+        model, new_ids = make_method(data, model)
+        train_set, optimizer = train_data(data, model), build_optimizer(model, config.optim, new_ids)
+        return cls(model, train_set, optimizer, build_scheduler(optimizer, config.optim, train_set.total), callbacks)
 
     def callback(self, event: str):
         "Run `event` on every callback that has it, in order (main-only callbacks on the main process)."

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ..runs import load_weights, save_weights
-from .trainer import Callback, _init_checkpoint
+from .trainer import Callback, init_from_checkpoint
 
 # %% auto #0
 __all__ = ['wise_interpolate', 'WiseCB']
@@ -46,7 +46,7 @@ class WiseCB(Callback):
         s.acc.wait_for_everyone()
         step = load_weights(t.model, tuned)
         start = copy.deepcopy(t.model)                                 # the run's own method (a custom one too), then the start's weights
-        keep = _init_checkpoint(start, s.config, s.tok, s.out, write=False)
+        keep = init_from_checkpoint(start, s.config, s.tok, s.out, write=False)
         wise_interpolate(t.model, start, a, keep)
         if s.main: save_weights(t.model, best, step)
         s.acc.wait_for_everyone()
