@@ -356,7 +356,7 @@ def contrastive_scores(self: GradCO, enc: GradCOEncoded) -> Tensor:
 @patch
 def itm_negatives(self: GradCO, enc: GradCOEncoded, idx: Tensor, temp: Tensor) -> tuple[Tensor, Tensor]:
     "Our reading: drawn ∝ softmax(S_final/τ') from this process's block (τ' = itm_neg_temp, or the learnt τ); D#11: X-VLM's draw on the retrieval features."
-    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_negatives(enc, idx, temp)
+    if not self.cfg.hia_agg_feat: return Method.itm_negatives(self, enc, idx, temp)
     return sample_itm_negatives(self.local(self.contrastive_scores(enc), (0, 1)), idx, self.cfg.itm_neg_temp or temp, floor=self.cfg.itm_neg_floor)
 
 @patch
@@ -367,7 +367,7 @@ def itm_image_tokens(self: GradCO, img: Tensor) -> Tensor:
 @patch
 def itm_text(self: GradCO, txt: Tensor, txt_mask: Tensor) -> CrossText:
     "B×L×D_T tokens -> Σ_r w_r U^T_r, the mask, and the weights w the image side is mixed with (D#11: the backbone's tokens)."
-    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_text(txt, txt_mask)
+    if not self.cfg.hia_agg_feat: return Method.itm_text(self, txt, txt_mask)
     T = self.text_streams(txt, txt_mask)
     w = self.intent_weights(T.feats)                                              # B×R
     return CrossText(aggregate_tokens(T.tokens, w), txt_mask, w)
@@ -375,22 +375,22 @@ def itm_text(self: GradCO, txt: Tensor, txt_mask: Tensor) -> CrossText:
 @patch
 def itm_inputs(self: GradCO, enc: GradCOEncoded) -> tuple[Tensor, CrossText]:
     "The batch's two sides for the cross encoder, from the streams and weights `encode` computed."
-    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_inputs(enc)
+    if not self.cfg.hia_agg_feat: return Method.itm_inputs(self, enc)
     w = self.local(enc.hia.weights)                                               # B×R, this process's texts
     return hia_image_tokens(enc.I), CrossText(aggregate_tokens(enc.T.tokens, w), enc.mask, w)
 
 @patch
 def itm_logits(self: GradCO, txt: CrossText, img_tokens: Tensor, img_mask: Tensor | None = None) -> Tensor:
     "N pairs -> N×2 ITM logits; each image's streams are aggregated with its query's weights: (Σ_r w_r U^T_r, Σ_r w_r U^I_r)."
-    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_logits(txt, img_tokens, img_mask)
+    if not self.cfg.hia_agg_feat: return Method.itm_logits(self, txt, img_tokens, img_mask)
     img = aggregate_tokens(img_tokens.unflatten(-1, (-1, self.backbone.vision_width)).transpose(1, 2), txt.weights)   # N×P×D_I
-    return super(GradCO, self).itm_logits(txt, img, img_mask)
+    return Method.itm_logits(self, txt, img, img_mask)
 
 @patch
 @torch.no_grad()
 def itm_gallery(self: GradCO, img_tokens: Tensor, img_mask: Tensor | None = None) -> CrossKV:
     "G×P×R'·D_I stream tokens -> the keys and values of each stream, C×2×H×G×R'×P×d (D#11: the base's)."
-    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_gallery(img_tokens, img_mask)
+    if not self.cfg.hia_agg_feat: return Method.itm_gallery(self, img_tokens, img_mask)
     G = img_tokens.shape[0]
     streams = img_tokens.unflatten(-1, (-1, self.backbone.vision_width)).transpose(1, 2)        # G×R'×P×D_I
     kv = cross_kv(self.backbone, streams.flatten(0, 1)).kv                                       # C×2×H×G·R'×P×d
@@ -401,7 +401,7 @@ def itm_gallery(self: GradCO, img_tokens: Tensor, img_mask: Tensor | None = None
 @torch.no_grad()
 def itm_scores_cached(self: GradCO, txt: CrossText, gallery: CrossKV, idx: Tensor, score: str = 'logit') -> Tensor:
     "n×k scores of 'match' (`match_score`); each candidate's stream keys and values mixed with its query's weights, Σ_r w_r K(U^I_r) (D#11: the base's)."
-    if not self.cfg.hia_agg_feat: return super(GradCO, self).itm_scores_cached(txt, gallery, idx, score)
+    if not self.cfg.hia_agg_feat: return Method.itm_scores_cached(self, txt, gallery, idx, score)
     cand = gallery.gather(idx)                                                                   # kv C×2×H×n×k×R'×P×d
     kv = cand.kv[:, :, :, :, :, 0] if cand.kv.shape[5] == 1 else torch.einsum('cshnkrpd,nr->cshnkpd', cand.kv, txt.weights)
     return match_score(itm_logits_cached(self.backbone, txt.tokens, txt.mask, CrossKV(kv, cand.mask)), score)
@@ -417,7 +417,7 @@ def ranking_scores(self: GradCO, sim: Tensor, txt_feat: Tensor) -> Tensor:
 @patch
 def default_losses(self: GradCO) -> list[Loss]:
     "The base's losses on GradCO's scores and cross-encoder inputs, then L_dir (`DirLoss`)."
-    return [*super(GradCO, self).default_losses(), DirLoss()]
+    return [*Method.default_losses(self), DirLoss()]
 
 # %% ../../nbs/24_gradco.ipynb #a0458076
 def _detached(s: StreamOutput) -> StreamOutput: return StreamOutput(*(None if x is None else x.detach() for x in s))
