@@ -243,10 +243,10 @@ _CPU_V2 = [   # the cpu profile until 2026-12-03: the version-2 start; the grids
 _CPU_V3 = [   # the tiny preset on a laptop's CPU, fine-tuning the shipped version-3 tiny X-VLM; the recipe is measured in 42_pretrain
     *[r for r in _CPU_V2 if r[1] not in ('init_checkpoint', 'optim.lr', 'optim.lr_min')],
     ('*', 'init_checkpoint', 'pretrained-v3', '42_pretrain: the version-3 tiny X-VLM (three stages, 7.85 CPU hours) that ships in tpas_nb/weights'),
-    ('*', 'optim.lr', 5e-4, '42_pretrain, Fine-tuning from the version-3 start (lr 2e-3 was tuned on the version-2 start)'),
+    ('*', 'optim.lr', 5e-4, '45_pretrain_log, The version-3 start, shipped, and the cpu profile (lr 2e-3 was tuned on the version-2 start)'),
     ('*', 'optim.lr_min', 5e-5, "lr / 10, the papers' ratio"),
-    ('*', 'wise_alpha', 0.5, 'WiSE-FT (Wortsman et al., CVPR 2022): its α without out-of-style validation data; 42_pretrain, Keeping the start'),
-    ('*', 'dropout', 0.0, '42_pretrain, Dropout off: three seeds, test +1.92 R@1 (p 0.03), re-ranking cost 2.9 -> 0.87; 40_training: 1.28-1.35x a step'),
+    ('*', 'wise_alpha', 0.5, 'WiSE-FT (Wortsman et al., CVPR 2022): its α without out-of-style validation data; 42_pretrain and 45_pretrain_log, Keeping the start'),
+    ('*', 'dropout', 0.0, '45_pretrain_log, Dropout off: three seeds, test +1.92 R@1 (p 0.03), re-ranking cost 2.9 -> 0.87; 40_training: 1.28-1.35x a step'),
 ]
 
 _CPU_V4 = [   # the cpu profile on SynthPAB version 4 (calibrated on the papers' baseline rows, 01_synthpab) and its own start

@@ -41,9 +41,9 @@ __all__ = ['ITC_ALONE', 'GLOBAL_ONLY', 'GRIDS', 'GRID_ROUNDS', 'ARM_ROUNDS', 'GR
            'arm_slug', 'arm_from_slug', 'run_dir', 'evaluated_once', 'planned', 'grid_arms', 'grid_config',
            'same_config', 'recipe_table', 'trial_records', 'grid_status', 'require_frozen', 'find_same_run',
            'finished_runs', 'diagnose_grid', 'grid_train_fn', 'run_grid', 'GridJob', 'submit_grid', 'flatten_metrics',
-           'collect', 'summarise', 't_half_width', 'paired_delta', 'trained_run_hours', 'grid_hours', 'run_hits',
-           'seed_variance', 'test_replica', 'split_folder', 'evaluate_replicas', 'replicas_grid', 'rerank_study',
-           'fused_r1', 'rerank_grid', 'check_records', 'parse_sets', 'grid_cli']
+           'run_records', 'collect', 'summarise', 't_half_width', 'paired_delta', 'trained_run_hours', 'grid_hours',
+           'run_hits', 'seed_variance', 'test_replica', 'split_folder', 'evaluate_replicas', 'replicas_grid',
+           'rerank_study', 'fused_r1', 'rerank_grid', 'check_records', 'parse_sets', 'grid_cli']
 
 # %% ../nbs/41_grid.ipynb #0ef3bcd0
 ITC_ALONE = {**MethodConfig.default_loss_weights(), 'itm': 0.0, 'mlm': 0.0}   # L = L_itc (+ a plug-in): a global-only model, as QC-Align's 'Baseline'
@@ -460,7 +460,7 @@ def _order(df: pd.DataFrame) -> pd.DataFrame:
     key = [(g_rank.get(g, len(GRIDS)), g, a_rank(g, a), a, s) for g, a, s in zip(df.grid, df.arm, df.seed)]
     return df.iloc[sorted(range(len(df)), key=key.__getitem__)].reset_index(drop=True)
 
-def _records(root, name: str, grids=None):
+def run_records(root, name: str, grids=None):
     "(folder, grid, arm label, seed, grid.json) of every run folder under `root` that holds the file `name` (a key of RUN_FILES; of `grids`, default all)."
     for p in Path(root).glob(f'*/*/seed*/{RUN_FILES[name]}'):
         f = p.parent; grid = f.parent.parent.name
@@ -471,7 +471,7 @@ def _records(root, name: str, grids=None):
 def collect(root='runs/grid', grids=None) -> pd.DataFrame:
     "One row per finished run under `root` (of `grids`, default all): grid, arm, seed, method, switches, data, metrics."
     rows = []
-    for f, grid, arm, seed, info in _records(root, 'metrics', grids):
+    for f, grid, arm, seed, info in run_records(root, 'metrics', grids):
         m = RunFolder(f).metrics
         rows.append(dict(grid=grid, arm=arm, seed=seed,
                          method=m['method'], method_args=m.get('method_args', {}), data='SynthPAB' if m.get('synthetic') else 'PAB',
@@ -700,7 +700,7 @@ def fused_r1(root='runs/grid', grids=None,
             ) -> tuple[pd.DataFrame, float]: # (grid, arm, seed, test_fused_R1 and the other splits studied; the weight)
     "R@1 of ITM + w·ITC for every run with a rerank.json, at one weight for all of them: on test, on every other split some run was studied on (NaN where a run was not), and over the four draws (test4_fused_R1, where a run has them all)."
     rows = []
-    for f, grid, arm, seed, _ in _records(root, 'rerank', grids):
+    for f, grid, arm, seed, _ in run_records(root, 'rerank', grids):
         r = RunFolder(f).read_json('rerank')
         rows.append(dict(grid=grid, arm=arm, seed=seed, R1={s: {float(k): v for k, v in d['R1'].items()} for s, d in r['splits'].items()}))
     if not rows: return pd.DataFrame(columns=['grid', 'arm', 'seed', 'test_fused_R1']), np.nan if w is None else w
@@ -747,7 +747,7 @@ def check_records(root='runs/grid',                 # the grids' root
                  ) -> pd.DataFrame:                 # one row per finished run: grid, arm, seed, ok, problem
     "Every finished run under `root` against what its grid would run now: same configuration apart from the folder, and a reused run's source present."
     rows, round_ = [], grid_round(root, round_)
-    for f, grid, arm, seed, info in sorted(_records(root, 'metrics', grids), key=lambda r: str(r[0])):
+    for f, grid, arm, seed, info in sorted(run_records(root, 'metrics', grids), key=lambda r: str(r[0])):
         problems, config = [], RunFolder(f).file('config')
         if arm not in GRIDS.get(grid, {}): problems.append(f'{arm!r} is not an arm of grid {grid!r}')
         elif not config.exists(): problems.append('no config.yaml')
