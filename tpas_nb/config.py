@@ -426,7 +426,9 @@ class TextBar:
         self.gen, self.parent, self.every, self.comment, self.child = gen, parent, every, '', None
         self.total = total if total is not None else (len(gen) if hasattr(gen, '__len__') else None)
         if parent is not None: parent.child = self
-    def __len__(self) -> int: return self.total
+    def __len__(self) -> int:
+        if self.total is None: raise TypeError('a TextBar over an iterable without a length has no len()')
+        return self.total
     def __iter__(self):
         t0 = said = time.time()
         i = 0
