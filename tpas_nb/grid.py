@@ -88,7 +88,9 @@ GRID_FINAL_SPLITS = ('test', 'ucc', 'heldout', 'weather:dark')   # every grid ru
 WEATHER_CONDITIONS = ('test', *(f'weather:{w}' for w in WEATHERS[1:]))   # CMP Table 2's ten conditions: Normal (the test split) and nine weathers
 ALL_WEATHER_SPLITS = ('test', 'ucc', 'heldout', *WEATHER_CONDITIONS[1:])  # and every condition of CMP Table 2
 FINAL_SPLITS_OF = {'calibration': ALL_WEATHER_SPLITS,   # grids evaluated on more: the controls' weather targets (43_calibration)
-                   'cmp': ALL_WEATHER_SPLITS}           # and CMP's Table 2 claim, CMP against the baseline in every condition
+                   'cmp': ALL_WEATHER_SPLITS,           # and CMP's Table 2 claim, CMP against the baseline in every condition
+                   'seda': ALL_WEATHER_SPLITS,          # issue 62: every weather condition for each paper's main arms (from seed 3 of
+                   'gradco': ALL_WEATHER_SPLITS}        # grid_official_v4 on; about 100 s more evaluation per run, one thread)
 TEST_REPLICAS = 3   # ... and on this many fresh draws of SynthPAB's test split ('test@1'...): R@1 over 4 × 2,000 queries ('Four draws of the test split')
 
 def replica_split(k: int) -> str:

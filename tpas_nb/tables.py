@@ -15,6 +15,7 @@ from .config import load_config
 from .methods import method_config
 from .runs import RunFolder
 from .data.published import CSV_PATH, paper_tables, table, _cells
+from .data.weather import WEATHERS
 from .grid import (GRIDS, METRICS, collect, grid_arms, grid_status, root_round, summarise, paired_delta, run_hits,
                           seed_variance, t_half_width, trained_run_hours)
 
@@ -26,7 +27,7 @@ __all__ = ['MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PAIRED_METRICS
            'effect_sentence', 'claim_sentence', 'published_arm', 'order_sentence', 'prediction_delta', 'agreement',
            'prediction_table', 'agreement_counts', 'prediction_markdown', 'prediction_sentences', 'arm_change',
            'rounds_beside', 'interval_text', 'plot_predictions', 'rerank_summary', 'plot_rerank', 'seed_spread',
-           'blind_test_left', 'loss_shares', 'markdown_table']
+           'blind_test_left', 'table2_conditions', 'weather_table', 'loss_shares', 'markdown_table']
 
 # %% ../nbs/95_tables.ipynb #14eb81eb
 MEASURES: dict[tuple[str, str], str] = {   # (paper, table) -> what the grid measures for it
@@ -705,6 +706,33 @@ def blind_test_left(root,                      # the frozen version's records ro
                      'left, of the claims': int((left & st.arm.map(lambda a: (g, a) in main)).sum()),
                      'thread-h per run': per_run, 'thread-h left': int(left.sum()) * per_run})
     return pd.DataFrame(rows).set_index('grid').round(2)
+
+# %% ../nbs/95_tables.ipynb #337cd7c1
+def table2_conditions() -> dict[str, str]:
+    "metrics.json's split of each of CMP Table 2's ten conditions -> the table's column ('test' -> 'Normal', 'weather:rain' -> 'Rain', ...)."
+    t = paper_tables().query("paper == 'CMP' and table == 'Table 2' and row == 'Baseline' and column == 'R@1'").sort_values('col_no')
+    names = [s for s in t.subset if not s.startswith('Mean')]
+    if len(names) != len(WEATHERS): raise ValueError(f"CMP Table 2 has {len(names)} conditions, 03_weather {len(WEATHERS)}")
+    return {('test' if w == 'normal' else f'weather:{w}'): n for w, n in zip(WEATHERS, names)}
+
+def weather_table(runs: pd.DataFrame,    # collect() rows (run_dir, grid, arm, seed)
+                  arms,                  # (grid, arm) pairs, in the order to show
+                 ) -> pd.DataFrame:      # rows (grid, arm, ranking); columns: the ten conditions, 'Mean', 'seeds'
+    "R@1 of each arm under each of CMP Table 2's ten conditions and their mean, averaged over the seeds evaluated in all ten, re-ranked and by ITC alone."
+    conds, rows = table2_conditions(), []
+    for g, a in arms:
+        per_seed = {'re-ranked': [], 'ITC alone': []}
+        for r in runs[(runs.grid == g) & (runs.arm == a)].itertuples():
+            sp = RunFolder(resolve_runs_root(r.run_dir)).metrics['splits']
+            if not all(s in sp for s in conds): continue
+            per_seed['re-ranked'].append([sp[s]['all']['R1'] for s in conds])
+            per_seed['ITC alone'].append([sp[s]['itc']['all']['R1'] for s in conds])
+        for rank, v in per_seed.items():
+            if not v: continue
+            m = np.mean(v, axis=0)
+            rows.append({'grid': g, 'arm': a, 'ranking': rank, **dict(zip(conds.values(), m)), 'Mean': float(m.mean()), 'seeds': len(v)})
+    cols = ['grid', 'arm', 'ranking', *conds.values(), 'Mean', 'seeds']
+    return pd.DataFrame(rows, columns=cols).set_index(['grid', 'arm', 'ranking'])
 
 # %% ../nbs/95_tables.ipynb #f03dfe40
 def loss_shares(runs: pd.DataFrame,            # collect() rows (arm, seed, run_dir)
