@@ -707,7 +707,7 @@ def blind_test_left(root,                      # the frozen version's records ro
                      'thread-h per run': per_run, 'thread-h left': int(left.sum()) * per_run})
     return pd.DataFrame(rows).set_index('grid').round(2)
 
-# %% ../nbs/95_tables.ipynb #337cd7c1
+# %% ../nbs/95_tables.ipynb #d8b3c426
 def table2_conditions() -> dict[str, str]:
     "metrics.json's split of each of CMP Table 2's ten conditions -> the table's column ('test' -> 'Normal', 'weather:rain' -> 'Rain', ...)."
     t = paper_tables().query("paper == 'CMP' and table == 'Table 2' and row == 'Baseline' and column == 'R@1'").sort_values('col_no')
