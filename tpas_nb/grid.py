@@ -90,7 +90,7 @@ ALL_WEATHER_SPLITS = ('test', 'ucc', 'heldout', *WEATHER_CONDITIONS[1:])  # and 
 FINAL_SPLITS_OF = {'calibration': ALL_WEATHER_SPLITS,   # grids evaluated on more: the controls' weather targets (43_calibration)
                    'cmp': ALL_WEATHER_SPLITS,           # and CMP's Table 2 claim, CMP against the baseline in every condition
                    'seda': ALL_WEATHER_SPLITS,          # issue 62: every weather condition for each paper's main arms (from seed 3 of
-                   'gradco': ALL_WEATHER_SPLITS}        # grid_official_v4 on; about 100 s more evaluation per run, one thread)
+                   'gradco': ALL_WEATHER_SPLITS}        # grid_official_v4 on; the runs' eval_wall_s says what it costs)
 TEST_REPLICAS = 3   # ... and on this many fresh draws of SynthPAB's test split ('test@1'...): R@1 over 4 × 2,000 queries ('Four draws of the test split')
 
 def replica_split(k: int) -> str:

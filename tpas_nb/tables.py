@@ -15,8 +15,7 @@ from .config import load_config
 from .methods import method_config
 from .runs import RunFolder
 from .data.published import CSV_PATH, paper_tables, table, _cells
-from .data.weather import WEATHERS
-from .grid import (GRIDS, METRICS, collect, grid_arms, grid_status, root_round, summarise, paired_delta, run_hits,
+from .grid import (GRIDS, METRICS, WEATHER_CONDITIONS, collect, grid_arms, grid_status, root_round, summarise, paired_delta, run_hits,
                           seed_variance, t_half_width, trained_run_hours)
 
 # %% auto #0
@@ -712,8 +711,8 @@ def table2_conditions() -> dict[str, str]:
     "metrics.json's split of each of CMP Table 2's ten conditions -> the table's column ('test' -> 'Normal', 'weather:rain' -> 'Rain', ...)."
     t = paper_tables().query("paper == 'CMP' and table == 'Table 2' and row == 'Baseline' and column == 'R@1'").sort_values('col_no')
     names = [s for s in t.subset if not s.startswith('Mean')]
-    if len(names) != len(WEATHERS): raise ValueError(f"CMP Table 2 has {len(names)} conditions, 03_weather {len(WEATHERS)}")
-    return {('test' if w == 'normal' else f'weather:{w}'): n for w, n in zip(WEATHERS, names)}
+    if len(names) != len(WEATHER_CONDITIONS): raise ValueError(f"CMP Table 2 has {len(names)} conditions, 41_grid's WEATHER_CONDITIONS {len(WEATHER_CONDITIONS)}")
+    return dict(zip(WEATHER_CONDITIONS, names))
 
 def weather_table(runs: pd.DataFrame,    # collect() rows (run_dir, grid, arm, seed)
                   arms,                  # (grid, arm) pairs, in the order to show
