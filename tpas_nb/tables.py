@@ -20,13 +20,14 @@ from .grid import (GRIDS, METRICS, WEATHER_CONDITIONS, collect, grid_arms, grid_
 
 # %% auto #0
 __all__ = ['MEASURES', 'MEASURED', 'MEASURED_ROUND', 'DECIMALS', 'PAIRED_METRICS', 'CLAIMS', 'ROBUSTNESS', 'ROBUSTNESS_ITC',
-           'ROBUSTNESS_FUSED', 'FUSED', 'ALPHA', 'PREDICTIONS', 'ABLATION_PREDICTIONS', 'AGREEMENT', 'metric_label',
-           'resolve_runs_root', 'four_draws', 'beside', 'show_tables', 'collect_rounds', 'paired', 'published_value',
-           'verdict', 'rerank_fails', 'verdicts', 'p_text', 'effect_words', 'effect_label', 'effects', 'effect_table',
-           'effect_sentence', 'claim_sentence', 'published_arm', 'order_sentence', 'prediction_delta', 'agreement',
-           'prediction_table', 'agreement_counts', 'prediction_markdown', 'prediction_sentences', 'arm_change',
-           'rounds_beside', 'interval_text', 'plot_predictions', 'rerank_summary', 'plot_rerank', 'seed_spread',
-           'blind_test_left', 'table2_conditions', 'weather_table', 'loss_shares', 'markdown_table']
+           'ROBUSTNESS_FUSED', 'FUSED', 'ALPHA', 'PREDICTIONS', 'ABLATION_PREDICTIONS', 'AGREEMENT', 'NOT_RUN',
+           'metric_label', 'resolve_runs_root', 'four_draws', 'beside', 'show_tables', 'collect_rounds', 'paired',
+           'published_value', 'verdict', 'rerank_fails', 'verdicts', 'p_text', 'effect_words', 'effect_label',
+           'effects', 'effect_table', 'effect_sentence', 'claim_sentence', 'published_arm', 'order_sentence',
+           'prediction_delta', 'agreement', 'prediction_table', 'close_round', 'agreement_counts',
+           'prediction_markdown', 'prediction_sentences', 'arm_change', 'rounds_beside', 'interval_text',
+           'plot_predictions', 'rerank_summary', 'plot_rerank', 'seed_spread', 'blind_test_left', 'table2_conditions',
+           'weather_table', 'loss_shares', 'markdown_table']
 
 # %% ../nbs/95_tables.ipynb #14eb81eb
 MEASURES: dict[tuple[str, str], str] = {   # (paper, table) -> what the grid measures for it
@@ -484,14 +485,23 @@ def prediction_table(measured: pd.DataFrame,     # collect() rows of one kind of
         rows.append(row)
     return pd.DataFrame(rows)
 
+NOT_RUN = 'not run in this round'
+
+def close_round(pt: pd.DataFrame) -> pd.DataFrame:
+    "The prediction table of a closed round: a reading with no seed at all is NOT_RUN (its arms came after the round), not pending."
+    pt = pt.copy()
+    for rank in ('re-ranked', 'ITC alone'):
+        pt[f'agreement ({rank})'] = pt[f'agreement ({rank})'].mask(pt[f'agreement ({rank})'].str.startswith('pending (0/'), NOT_RUN)
+    return pt
+
 def agreement_counts(pt: pd.DataFrame) -> pd.DataFrame:
-    "How many of each paper's predictions got each word, per ranking (rows paper × ranking, columns the words and pending)."
+    "How many of each paper's predictions got each word, per ranking (rows paper × ranking, columns the words, pending and, in a closed round, NOT_RUN)."
     out = {}
     for rank in ('re-ranked', 'ITC alone'):
         words = pt[f'agreement ({rank})'].where(~pt[f'agreement ({rank})'].str.startswith('pending'), 'pending')
         for paper, w in words[words != ''].groupby(pt.paper[words != ''], sort=False):
             out[(paper, rank)] = w.value_counts()
-    cols = [*AGREEMENT, 'pending']
+    cols = [*AGREEMENT, 'pending'] + [NOT_RUN] * any(NOT_RUN in c.index for c in out.values())
     return pd.DataFrame(out).T.reindex(columns=cols).fillna(0).astype(int) if out else pd.DataFrame(columns=cols)
 
 def prediction_markdown(pt: pd.DataFrame, decimals: int = 2) -> str:
